@@ -1,0 +1,5 @@
+import sys
+
+from sweeps.cli import main
+
+sys.exit(main())

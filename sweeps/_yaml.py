@@ -1,0 +1,68 @@
+"""A safe YAML loader that refuses duplicate keys and reads ``3e5`` as a number.
+
+PyYAML follows YAML 1.1, where a float needs a dot (``3.0e+5``); ``3e5`` comes back as
+the string ``'3e5'``. Sweep files are full of such numbers, so they are read as floats.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class YamlError(ValueError):
+    """A file that is not readable YAML, with the line where reading stopped."""
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise YamlError(f"line {key_node.start_mark.line + 1}: a mapping key must be a plain value") from None
+        if key in out:
+            raise YamlError(f"line {key_node.start_mark.line + 1}: duplicate key '{key}'")
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+# Replace the YAML 1.1 float resolver with one that also accepts 3e5.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """Parse ``text`` with the safe loader; raise :class:`YamlError` with a line number."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise YamlError(f"{where}{exc.problem or exc}") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise YamlError(f"not valid YAML ({type(exc).__name__})") from None
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)

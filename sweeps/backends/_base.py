@@ -1,0 +1,55 @@
+"""The backend contract: the driver submits seed jobs and polls events; nothing else crosses."""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sweeps.trial import TrialConfig
+
+EventKind = Literal["started", "metrics", "finished", "failed"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a backend tells the driver about one job ``key = (trial, seed)``.
+
+    ``payload``: ``started`` -> {"worker": str}; ``metrics`` -> (step, {name: value});
+    ``finished`` -> TrialResult as a dict; ``failed`` -> {"type", "message", "traceback"}.
+    """
+
+    kind: EventKind
+    key: tuple[int, int]
+    payload: Any = None
+
+
+class Backend(abc.ABC):
+    """Runs :func:`sweeps.trial.run` for submitted configs somewhere, reporting :class:`Event` s.
+
+    ``capacity`` is how many jobs may be in flight at once; the driver never submits more.
+    """
+
+    name: str = "base"
+    capacity: int = 1
+
+    @abc.abstractmethod
+    def submit(self, config: TrialConfig) -> None:
+        """Start ``config`` as soon as a slot is free (the driver keeps within ``capacity``)."""
+
+    @abc.abstractmethod
+    def poll(self, timeout: float) -> list[Event]:
+        """Events since the last call, waiting up to ``timeout`` seconds for the first one."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop every worker; jobs still running are abandoned (the driver marks them)."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def failure(exc: BaseException, tb: str) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": tb[-20000:]}

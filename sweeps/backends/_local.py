@@ -1,0 +1,119 @@
+"""Local backend: long-lived worker processes, one job each at a time, one torch thread each.
+
+Workers are spawned once and reused, so the ~2 s import of torch and SB3 is paid per worker,
+not per trial. Each worker has its own task queue, so the driver always knows which job a
+worker holds; a worker that dies (killed, segfault, OOM) is reported as a failed job and
+replaced.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import traceback
+from typing import Any
+
+from sweeps.backends._base import Backend, Event, failure
+from sweeps.trial import TrialConfig
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class _QueueReporter:
+    def __init__(self, results: Any, key: tuple[int, int]) -> None:
+        self.results, self.key = results, key
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        self.results.put(("metrics", self.key, (int(step), values)))
+
+
+def _worker_main(name: str, tasks: Any, results: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    for var in _THREAD_VARS:
+        os.environ[var] = "1"
+    from sweeps import trial
+
+    while True:
+        config = tasks.get()
+        if config is None:
+            return
+        results.put(("started", config.key, {"worker": name, "pid": os.getpid()}))
+        try:
+            result = trial.run(config, _QueueReporter(results, config.key))
+        except BaseException as exc:  # noqa: BLE001 - a trial may raise anything; the sweep goes on
+            results.put(("failed", config.key, failure(exc, traceback.format_exc())))
+        else:
+            results.put(("finished", config.key, result.to_dict()))
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"`workers >= 1` must hold, but got workers={workers}")
+        self.capacity = workers
+        self._ctx = mp.get_context("spawn")
+        self._results = self._ctx.Queue()
+        self._workers: list[dict[str, Any]] = []
+        self._serial = 0
+        for _ in range(workers):
+            self._workers.append(self._spawn())
+
+    def _spawn(self) -> dict[str, Any]:
+        self._serial += 1
+        name = f"local-{self._serial}"
+        tasks = self._ctx.Queue()
+        proc = self._ctx.Process(target=_worker_main, args=(name, tasks, self._results), name=name, daemon=True)
+        proc.start()
+        return {"name": name, "proc": proc, "tasks": tasks, "job": None}
+
+    def submit(self, config: TrialConfig) -> None:
+        idle = next((w for w in self._workers if w["job"] is None), None)
+        if idle is None:
+            raise RuntimeError("no idle worker: the driver submitted beyond capacity")
+        idle["job"] = config.key
+        idle["tasks"].put(config)
+
+    def poll(self, timeout: float) -> list[Event]:
+        events = self._drain(timeout)
+        for i, worker in enumerate(self._workers):
+            if worker["job"] is not None and not worker["proc"].is_alive():
+                events += self._drain(0)  # messages it sent before dying come first
+                if worker["job"] is None:
+                    continue
+                code = worker["proc"].exitcode
+                reason = f"worker process {worker['name']} died (exit code {code}"
+                reason += f", signal {-code})" if code is not None and code < 0 else ")"
+                events.append(Event("failed", worker["job"], {"type": "WorkerDied", "message": reason,
+                                                              "traceback": ""}))
+                self._workers[i] = self._spawn()
+        return events
+
+    def _drain(self, timeout: float) -> list[Event]:
+        events: list[Event] = []
+        try:
+            message = self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
+            while True:
+                kind, key, payload = message
+                events.append(Event(kind, tuple(key), payload))
+                if kind in ("finished", "failed"):
+                    for worker in self._workers:
+                        if worker["job"] == tuple(key):
+                            worker["job"] = None
+                message = self._results.get_nowait()
+        except queue.Empty:
+            pass
+        return events
+
+    def close(self) -> None:
+        for worker in self._workers:
+            if worker["proc"].is_alive() and worker["job"] is None:
+                worker["tasks"].put(None)
+        for worker in self._workers:
+            worker["proc"].join(timeout=2 if worker["job"] is None else 0)
+            if worker["proc"].is_alive():
+                worker["proc"].kill()
+                worker["proc"].join(timeout=5)
+        self._workers = []

@@ -1,0 +1,142 @@
+"""``rlsweep``: run, validate, status, ui. Heavy libraries are imported only by the command that needs them."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from sweeps import spec as spec_module
+from sweeps.errors import SpecError, UsageError
+
+EXIT_USAGE = 2
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlsweep", description="RL hyperparameter sweeps that tell you why "
+                                                                 "trials fail.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run (or continue) a sweep from a YAML file")
+    run.add_argument("spec", help="sweep YAML file")
+    run.add_argument("--workers", type=_positive, help="parallel trial seeds (default: spec 'workers' or CPUs)")
+    run.add_argument("--trials", type=_positive, help="number of trials (overrides the spec's 'trials')")
+    run.add_argument("--backend", default="local", choices=["local"], help="where trials run")
+    validate = sub.add_parser("validate", help="check a sweep file without running it")
+    validate.add_argument("spec", nargs="+", help="sweep YAML file(s)")
+    status = sub.add_parser("status", help="show a sweep's trials")
+    status.add_argument("name", help="sweep name (its folder under results/) or its YAML file")
+    ui = sub.add_parser("ui", help="start the MLflow UI on the sweeps' tracking store")
+    ui.add_argument("name", nargs="?", help="sweep name (default: the shared store results/mlflow.db)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    ui.add_argument("--port", type=_positive, default=5000)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    err = Console(stderr=True)
+    try:
+        return {"run": _run, "validate": _validate, "status": _status, "ui": _ui}[args.command](args, console)
+    except (SpecError, UsageError) as exc:
+        err.print(str(exc), highlight=False, markup=False)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.print("interrupted: finished trials are kept; run the same command again to continue")
+        return 130
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    from sweeps.runner import run_sweep
+
+    spec = spec_module.load(args.spec)
+    if args.trials is not None:
+        raw = spec.model_dump(mode="json", exclude_unset=True) | {"trials": args.trials}
+        spec = spec_module.from_dict(raw, source=f"{args.spec} (with --trials {args.trials})")
+    run_sweep(spec, console, workers=args.workers, backend=args.backend)
+    return 0
+
+
+def _validate(args: argparse.Namespace, console: Console) -> int:
+    failed = []
+    for path in args.spec:
+        try:
+            spec = spec_module.load(path)
+        except SpecError as exc:
+            failed.append(exc)
+            continue
+        console.print(f"{path}: ok ({spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
+                      f"{len(spec.seed_list)} seeds, {len(spec.dims)} swept keys)", highlight=False)
+    if failed:
+        raise SpecError(failed[0].source, failed[0].issues) if len(failed) == 1 else \
+            UsageError("\n".join(exc.render() for exc in failed))
+    return 0
+
+
+def _sweep_dir(name: str) -> Path:
+    """``results/NAME`` for a sweep name, or the storage dir of a sweep YAML file."""
+    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        return spec_module.load(name).storage_dir
+    folder = spec_module.RESULTS_DIR / name
+    if not (folder / "optuna.db").is_file():
+        known = sorted(p.parent.name for p in spec_module.RESULTS_DIR.glob("*/optuna.db"))
+        hint = f"; sweeps here: {', '.join(known)}" if known else "; no sweep has run here yet"
+        raise UsageError(f"no sweep named '{name}' under {spec_module.RESULTS_DIR}/{hint}")
+    return folder
+
+
+def _status(args: argparse.Namespace, console: Console) -> int:
+    import optuna
+
+    from sweeps.progress import trials_table
+
+    folder = _sweep_dir(args.name)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{(folder / 'optuna.db').resolve()}"
+    names = optuna.study.get_all_study_names(url)
+    if not names:
+        raise UsageError(f"{folder / 'optuna.db'} holds no study")
+    study = optuna.load_study(study_name=names[0], storage=url)
+    trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in trials:
+        outcome = t.user_attrs.get("rlsweep.outcome", t.state.name.lower())
+        counts[outcome] = counts.get(outcome, 0) + 1
+    console.print(trials_table(trials, f"{names[0]}: {len(trials)} trials"))
+    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
+    return 0
+
+
+def mlflow_uri_for(name: str | None) -> str:
+    if name is None:
+        return f"sqlite:///{(spec_module.RESULTS_DIR / 'mlflow.db').resolve()}"
+    from sweeps._yaml import load_yaml
+
+    resolved = _sweep_dir(name) / "spec.yaml"
+    return load_yaml(resolved.read_text())["tracking"]["mlflow_uri"]
+
+
+def _ui(args: argparse.Namespace, console: Console) -> int:
+    uri = mlflow_uri_for(args.name)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise UsageError(f"no tracking store at {uri[len('sqlite:///'):]}: run a sweep first (make demo)")
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host,
+               "--port", str(args.port), "--workers", "1"]
+    console.print(f"MLflow UI: http://{args.host}:{args.port}  (store {uri}; Ctrl-C to stop)", highlight=False)
+    return subprocess.call(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

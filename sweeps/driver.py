@@ -1,0 +1,223 @@
+"""The driver: asks Optuna for configs, hands seed jobs to a backend, writes MLflow and Optuna.
+
+It is the only process that opens either store, which is what lets parallel and resumed
+sweeps lose nothing. Every trial ends as ``complete`` (told its objective) or ``crashed``
+(told FAIL, with the exception recorded on the trial and on the failing seed's run).
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sweeps import space as sp
+from sweeps import study as st
+from sweeps.backends import Backend, Event
+from sweeps.spec import SweepSpec
+from sweeps.tracking import MlflowTracker
+from sweeps.trial import TrialConfig
+
+_AGGREGATE: dict[str, Callable[[list[float]], float]] = {
+    "mean": statistics.fmean, "median": statistics.median, "min": min}
+
+
+@dataclass
+class ActiveTrial:
+    number: int
+    optuna_trial: Any
+    params: dict[str, Any]
+    parent_run: str
+    seeds: list[int]
+    child_runs: dict[int, str] = field(default_factory=dict)
+    returns: dict[int, float] = field(default_factory=dict)
+    errors: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.returns) + len(self.errors) == len(self.seeds)
+
+
+@dataclass
+class Progress:
+    """What the live display shows; updated by the driver, read by :mod:`sweeps.progress`."""
+
+    target: int
+    done: int = 0          # trials counted towards the target, this run and before
+    failed: int = 0
+    running: int = 0
+    jobs_done: int = 0
+    jobs_total: int = 0
+    best: float | None = None
+    best_trial: int | None = None
+    started: float = field(default_factory=time.monotonic)
+    resumed: int = 0
+    requeued: list[int] = field(default_factory=list)
+    finished_this_run: int = 0
+
+    def eta(self) -> float | None:
+        if not self.jobs_done:
+            return None
+        rate = (time.monotonic() - self.started) / self.jobs_done
+        return rate * max(self.jobs_total - self.jobs_done, 0)
+
+
+class Driver:
+    def __init__(self, spec: SweepSpec, backend: Backend, tracker: MlflowTracker, study: Any,
+                 on_change: Callable[[Progress], None] | None = None) -> None:
+        self.spec, self.backend, self.tracker, self.study = spec, backend, tracker, study
+        self.dims = spec.dims
+        self.distributions = sp.to_optuna(self.dims)
+        self.on_change = on_change or (lambda progress: None)
+        self.active: dict[int, ActiveTrial] = {}
+        self.jobs: deque[TrialConfig] = deque()
+        self.in_flight: set[tuple[int, int]] = set()
+        self.progress = Progress(target=spec.n_trials)
+
+    # --- the loop -------------------------------------------------------------------------
+    def run(self) -> Progress:
+        p = self.progress
+        p.requeued = st.requeue_interrupted(self.study)
+        self.tracker.kill_running()
+        previous = st.counted(self.study)
+        p.resumed = p.done = len(previous)
+        p.failed = sum(t.state.name == "FAIL" for t in previous)
+        self._update_best(previous)
+        remaining = max(p.target - p.done, 0)
+        p.jobs_total = remaining * len(self.spec.seed_list)
+        try:
+            while self._fill() or self.active:
+                for event in self.backend.poll(timeout=0.25):
+                    self._handle(event)
+                self.tracker.flush_if_due()
+                self.on_change(p)
+        except BaseException:
+            self._abandon()
+            raise
+        finally:
+            self.tracker.flush()
+        p.running = len(self.active)
+        self.on_change(p)
+        return p
+
+    def _fill(self) -> bool:
+        """Submit jobs while slots are free; open a new trial only when one is needed now."""
+        while len(self.in_flight) < self.backend.capacity:
+            if not self.jobs:
+                if self.progress.done + len(self.active) >= self.progress.target:
+                    break
+                self._open_trial()
+            config = self.jobs.popleft()
+            self.backend.submit(config)
+            self.in_flight.add(config.key)
+        self.progress.running = len(self.active)
+        return bool(self.jobs) or bool(self.in_flight)
+
+    def _open_trial(self) -> None:
+        trial = self.study.ask(self.distributions)
+        params = sp.decode(self.dims, trial.params)
+        trial.set_user_attr("rlsweep.params", _jsonable(params))
+        resolved = self.spec.resolved() | {"trial": trial.number, "params": _jsonable(params)}
+        parent = self.tracker.start_trial(trial.number, params, resolved)
+        active = ActiveTrial(trial.number, trial, params, parent, self.spec.seed_list)
+        self.active[trial.number] = active
+        hyperparams = copy.deepcopy(self.spec.hyperparams)
+        for name, value in params.items():
+            sp.set_nested(hyperparams, name, value)
+        for seed in active.seeds:
+            config = TrialConfig(
+                sweep=self.spec.name, trial=trial.number, seed=seed, algo=self.spec.algo,
+                policy=self.spec.policy, env=self.spec.env.model_dump(), hyperparams=hyperparams,
+                total_timesteps=self.spec.total_timesteps, eval_episodes=self.spec.objective.eval_episodes,
+                eval_seed=self.spec.objective.eval_seed_offset + seed,
+                deterministic=self.spec.objective.deterministic)
+            active.child_runs[seed] = self.tracker.start_seed(trial.number, seed, parent, params)
+            self.jobs.append(config)
+
+    # --- events ---------------------------------------------------------------------------
+    def _handle(self, event: Event) -> None:
+        trial_number, seed = event.key
+        active = self.active.get(trial_number)
+        if active is None:
+            return
+        run_id = active.child_runs[seed]
+        if event.kind == "metrics":
+            step, values = event.payload
+            self.tracker.log_metrics(run_id, step, values)
+        elif event.kind == "finished":
+            self.in_flight.discard(event.key)
+            result = event.payload
+            active.returns[seed] = result["mean_return"]
+            self.tracker.end_run(run_id, "FINISHED", metrics={
+                "eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"],
+                "time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]},
+                tags={"rlsweep.outcome": "complete"})
+            self._job_done(active)
+        elif event.kind == "failed":
+            self.in_flight.discard(event.key)
+            error = event.payload
+            active.errors[seed] = error
+            self.tracker.end_run(run_id, "FAILED", tags={
+                "rlsweep.outcome": "crashed", "rlsweep.error": f"{error['type']}: {error['message']}"},
+                texts={"error.txt": error.get("traceback") or error["message"]})
+            self._job_done(active)
+
+    def _job_done(self, active: ActiveTrial) -> None:
+        self.progress.jobs_done += 1
+        if active.finished:
+            self._close_trial(active)
+
+    def _close_trial(self, active: ActiveTrial) -> None:
+        from optuna.trial import TrialState
+
+        del self.active[active.number]
+        trial, p = active.optuna_trial, self.progress
+        trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
+        if active.errors:
+            seed, error = next(iter(active.errors.items()))
+            message = f"{error['type']}: {error['message']}"
+            trial.set_user_attr(st.OUTCOME, "crashed")
+            trial.set_user_attr("rlsweep.error", f"seed {seed}: {message}"[:1000])
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.tracker.end_run(active.parent_run, "FAILED", tags={
+                "rlsweep.outcome": "crashed", "rlsweep.error": f"seed {seed}: {message}"})
+            p.failed += 1
+        else:
+            value = _AGGREGATE[self.spec.objective.aggregate](list(active.returns.values()))
+            trial.set_user_attr(st.OUTCOME, "complete")
+            self.study.tell(trial, value)
+            metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
+            self.tracker.end_run(active.parent_run, "FINISHED", metrics=metrics,
+                                 tags={"rlsweep.outcome": "complete"})
+            if p.best is None or value > p.best:
+                p.best, p.best_trial = value, active.number
+        p.done += 1
+        p.finished_this_run += 1
+
+    def _abandon(self) -> None:
+        """On Ctrl-C or a driver error: stop workers and close open runs as KILLED.
+
+        The Optuna trials stay RUNNING, so the next run of the same command marks them
+        interrupted and queues their configs again.
+        """
+        try:
+            self.backend.close()
+        finally:
+            self.tracker.flush()
+            for active in self.active.values():
+                for run_id in [*active.child_runs.values(), active.parent_run]:
+                    self.tracker.client.set_tag(run_id, "rlsweep.outcome", "interrupted")
+                    self.tracker.client.set_terminated(run_id, status="KILLED")
+
+    def _update_best(self, trials: list[Any]) -> None:
+        complete = [t for t in trials if t.value is not None and t.state.name == "COMPLETE"]
+        if complete:
+            best = max(complete, key=lambda t: t.value)
+            self.progress.best, self.progress.best_trial = best.value, best.number
+
+
+def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v)
+            for k, v in params.items()}

@@ -1,0 +1,73 @@
+"""The live view of a running sweep, and the tables shown after it and by ``rlsweep status``."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sweeps.driver import Progress
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def summary_line(p: Progress) -> str:
+    best = "-" if p.best is None else f"{p.best:.2f} (trial {p.best_trial})"
+    return (f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed | best {best} | "
+            f"elapsed {_clock(time.monotonic() - p.started)} | ETA {_clock(p.eta())}")
+
+
+class LiveDisplay:
+    """A one-line live status on a terminal; a line per finished trial when output is piped."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._live: Any = None
+        self._last_done = -1
+
+    def __enter__(self) -> "LiveDisplay":
+        if self.console.is_terminal:
+            from rich.live import Live
+
+            self._live = Live("starting workers...", console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def __call__(self, p: Progress) -> None:
+        if self._live is not None:
+            self._live.update(summary_line(p))
+        elif p.done != self._last_done:
+            self._last_done = p.done
+            self.console.print(summary_line(p), highlight=False)
+
+
+def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Table:
+    """Trials best first: number, outcome, objective, per-seed returns, params, error."""
+    table = Table(title=title, title_justify="left")
+    for column in ("trial", "outcome", "objective", "returns per seed", "params"):
+        table.add_column(column, overflow="fold")
+    ranked = sorted(trials, key=lambda t: (t.value is None, -(t.value or 0.0), t.number))
+    for t in ranked[:limit]:
+        attrs = t.user_attrs
+        outcome = attrs.get("rlsweep.outcome", t.state.name.lower())
+        returns = ", ".join(f"{float(v):.1f}" for v in attrs.get("rlsweep.returns", {}).values())
+        params = attrs.get("rlsweep.params", t.params)
+        text = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, float) else f'{v:.4g}'}"
+                         for k, v in params.items())
+        if "rlsweep.error" in attrs:
+            text += f"\n[red]{attrs['rlsweep.error'][:300]}[/red]"
+        value = "-" if t.value is None else f"{t.value:.2f}"
+        table.add_row(str(t.number), outcome, value, returns or "-", text or "-")
+    return table

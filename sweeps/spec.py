@@ -1,0 +1,275 @@
+"""The sweep spec: a frozen pydantic model loaded from YAML, checked in full before anything runs.
+
+``load(path)`` returns a :class:`SweepSpec` or raises :class:`~sweeps.errors.SpecError` listing
+every problem with its key path. Nothing is written to disk while loading.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+
+from sweeps import space as sp
+from sweeps._yaml import YamlError, load_yaml
+from sweeps.errors import Issue, SpecError, did_you_mean, one_of
+
+RESULTS_DIR = Path("results")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WrapperSpec(_Model):
+    entry_point: str = Field(description="'package.module:callable' taking the env as first argument")
+    kwargs: dict[str, Any] = {}
+
+
+class EnvSpec(_Model):
+    id: str = Field(description="a Gymnasium id such as 'CartPole-v1', or 'package.module:callable'")
+    kwargs: dict[str, Any] = {}
+    n_envs: PositiveInt = 1
+    wrappers: list[Union[str, WrapperSpec]] = []
+
+    @property
+    def is_entry_point(self) -> bool:
+        return ":" in self.id
+
+
+class SamplerSpec(_Model):
+    kind: Literal["grid", "random", "tpe"] = "tpe"
+    seed: int | None = 0
+    n_startup_trials: PositiveInt = 5
+
+
+class ObjectiveSpec(_Model):
+    eval_episodes: PositiveInt = 10
+    aggregate: Literal["mean", "median", "min"] = "mean"
+    deterministic: bool = True
+    eval_seed_offset: int = 1_000_000
+
+
+class StorageSpec(_Model):
+    dir: str | None = None
+
+
+class TrackingSpec(_Model):
+    mlflow_uri: str | None = None
+    experiment: str | None = None
+
+
+class SweepSpec(_Model):
+    name: str
+    env: EnvSpec
+    algo: str
+    policy: str = "MlpPolicy"
+    total_timesteps: PositiveInt
+    hyperparams: dict[str, Any] = {}
+    space: dict[str, Any] = {}
+    seeds: Union[PositiveInt, list[int]] = 1
+    trials: PositiveInt | None = None
+    workers: PositiveInt | None = None
+    sampler: SamplerSpec = SamplerSpec()
+    objective: ObjectiveSpec = ObjectiveSpec()
+    storage: StorageSpec = StorageSpec()
+    tracking: TrackingSpec = TrackingSpec()
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("use letters, digits, '_', '-', '.' (at most 100), starting with a letter or digit")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_ok(cls, v: int | list[int]) -> int | list[int]:
+        if isinstance(v, list) and (not v or len(set(v)) != len(v) or min(v) < 0):
+            raise ValueError("a list of seeds must be non-empty, distinct and >= 0")
+        return v
+
+    # --- resolved views -------------------------------------------------------------------
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    @property
+    def dims(self) -> dict[str, sp.Dist]:
+        return sp.parse_space(self.space)[0]
+
+    @property
+    def n_trials(self) -> int:
+        if self.trials is not None:
+            return self.trials
+        return sp.grid_size(self.dims) if self.sampler.kind == "grid" else 10
+
+    @property
+    def storage_dir(self) -> Path:
+        return Path(self.storage.dir) if self.storage.dir else RESULTS_DIR / self.name
+
+    @property
+    def optuna_url(self) -> str:
+        return f"sqlite:///{(self.storage_dir / 'optuna.db').resolve()}"
+
+    @property
+    def mlflow_uri(self) -> str:
+        return self.tracking.mlflow_uri or f"sqlite:///{(RESULTS_DIR / 'mlflow.db').resolve()}"
+
+    @property
+    def experiment(self) -> str:
+        return self.tracking.experiment or self.name
+
+    def resolved(self) -> dict[str, Any]:
+        """The spec with every default filled in, as plain data (logged as an artifact)."""
+        data = self.model_dump(mode="json")
+        data.update(seeds=self.seed_list, trials=self.n_trials)
+        data["storage"] = {"dir": str(self.storage_dir), "optuna": self.optuna_url}
+        data["tracking"] = {"mlflow_uri": self.mlflow_uri, "experiment": self.experiment}
+        return data
+
+
+def load(path: str | Path) -> SweepSpec:
+    """Read, parse and fully check a sweep file. Raises :class:`SpecError`; writes nothing."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError(source, [Issue("", "file not found")]) from None
+    except IsADirectoryError:
+        raise SpecError(source, [Issue("", "is a directory, expected a YAML file")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(source, [Issue("", f"not UTF-8 text (byte {exc.start})")]) from None
+    except OSError as exc:
+        raise SpecError(source, [Issue("", f"cannot read: {exc.strerror}")]) from None
+    try:
+        raw = load_yaml(text)
+    except YamlError as exc:
+        raise SpecError(source, [Issue("", str(exc))]) from None
+    return from_dict(raw, source=source, default_name=path.stem)
+
+
+def from_dict(raw: Any, source: str = "<spec>", default_name: str | None = None) -> SweepSpec:
+    if raw is None:
+        raise SpecError(source, [Issue("", "the file is empty; a sweep needs at least name, env, algo and "
+                                           "total_timesteps")])
+    if not isinstance(raw, dict):
+        raise SpecError(source, [Issue("", f"expected a mapping of keys, got {type(raw).__name__}")])
+    if default_name and "name" not in raw and _NAME.match(default_name):
+        raw = {"name": default_name, **raw}
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(source, [_pydantic_issue(e) for e in exc.errors()]) from None
+    issues = _semantic_issues(spec)
+    if issues:
+        raise SpecError(source, issues)
+    return spec
+
+
+# --- messages for structural errors ----------------------------------------------------------
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    model: Any = SweepSpec
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        ann = getattr(field, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _pydantic_issue(err: dict) -> Issue:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "WrapperSpec", "int",
+                                                                               "list[int]")))
+    path = ".".join(str(p) for p in loc)
+    kind, got = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        owner = _model_at(loc[:-1])
+        allowed = sorted(owner.model_fields) if owner else []
+        return Issue(path, f"unknown key; allowed: {', '.join(allowed)}{did_you_mean(loc[-1], allowed)}")
+    if kind == "missing":
+        return Issue(path, "required key is missing")
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+        return Issue(path, one_of(got, choices))
+    msg = err["msg"][0].lower() + err["msg"][1:]
+    if msg.startswith("value error, "):
+        msg = msg[len("value error, "):]
+    return Issue(path, f"{msg}, got {got!r}")
+
+
+# --- checks that need more than types -------------------------------------------------------
+def _semantic_issues(spec: SweepSpec) -> list[Issue]:
+    from sweeps import algos, envs
+
+    issues: list[Issue] = []
+    dims, space_issues = sp.parse_space(spec.space)
+    issues += space_issues
+    issues += envs.check(spec.env, "env")
+    if spec.algo not in algos.names():
+        issues.append(Issue("algo", one_of(spec.algo, algos.names())))
+        return issues
+    try:
+        allowed = algos.constructor_params(spec.algo)
+        policies = algos.policy_names(spec.algo)
+    except ImportError as exc:
+        pkg = algos.info(spec.algo).package
+        return issues + [Issue("algo", f"'{spec.algo}' needs the package {pkg}, which failed to import ({exc})")]
+    if policies and spec.policy not in policies:
+        issues.append(Issue("policy", f"{one_of(spec.policy, policies)} (the policies of {spec.algo})"))
+    fixed = sp.flatten(spec.hyperparams) if spec.hyperparams else {}
+    for where, keys in (("hyperparams", fixed), ("space", dims)):
+        for key in keys:
+            issues += _check_hyperparam(spec.algo, where, key, allowed)
+    issues += _value_issues(fixed, dims)
+    for key in sorted(set(fixed) & set(dims)):
+        issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
+    issues += _sampler_issues(spec, dims)
+    return issues
+
+
+def _check_hyperparam(algo: str, where: str, key: str, allowed: tuple[str, ...]) -> list[Issue]:
+    from sweeps.algos import MANAGED
+
+    top = key.split(".")[0]
+    if top in MANAGED:
+        return [Issue(f"{where}.{top}", f"not a hyperparameter rlsweep lets you set: {MANAGED[top]}")]
+    if top not in allowed:
+        return [Issue(f"{where}.{top}", f"{algo} has no hyperparameter '{top}'{did_you_mean(top, allowed)} "
+                                        f"(allowed: {', '.join(allowed)})")]
+    return []
+
+
+def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue]:
+    """Values that must be names from a fixed list (activation functions)."""
+    from sweeps.algos import ACTIVATIONS
+
+    key, issues = "policy_kwargs.activation_fn", []
+    candidates = [("hyperparams", fixed[key])] if key in fixed else []
+    if key in dims:
+        d = dims[key]
+        candidates += [("space", v) for v in (d.values if d.kind == "choice" else (d.value,))]
+    for where, value in candidates:
+        if value not in ACTIVATIONS:
+            issues.append(Issue(f"{where}.{key}", one_of(value, ACTIVATIONS)))
+    return issues
+
+
+def _sampler_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:
+    if spec.sampler.kind != "grid":
+        return []
+    issues = []
+    for name, d in dims.items():
+        if d.kind in ("uniform", "loguniform") or (d.kind == "int" and d.log):
+            issues.append(Issue(f"space.{name}", f"the grid sampler needs 'choice' or linear 'int' values, "
+                                                 f"not '{d.kind}'{' (log)' if d.log else ''}"))
+    if issues:
+        return issues
+    size = sp.grid_size(dims)
+    if spec.trials is not None and spec.trials > size:
+        issues.append(Issue("trials", f"the grid has {size} points, so at most {size} trials, got {spec.trials}"))
+    return issues

@@ -1,0 +1,79 @@
+"""The Optuna side of a sweep: the on-disk study, its sampler, and resuming after a crash.
+
+Trial user attributes written here (read by ``status`` and later by export/report):
+``rlsweep.outcome`` (complete | crashed | interrupted), ``rlsweep.params`` (decoded values as
+JSON), ``rlsweep.returns`` ({seed: mean return}), ``rlsweep.error`` (type: message).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sweeps.errors import UsageError
+from sweeps.spec import SweepSpec
+
+OUTCOME = "rlsweep.outcome"
+_FINGERPRINT = "rlsweep.fingerprint"
+# Keys that may change between runs of the same sweep without making it a different sweep.
+_MUTABLE = ("trials", "workers", "tracking")
+
+
+def fingerprint(spec: SweepSpec) -> str:
+    data = {k: v for k, v in spec.resolved().items() if k not in _MUTABLE}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def make_sampler(spec: SweepSpec) -> Any:
+    import optuna
+
+    from sweeps import space
+
+    kind, seed = spec.sampler.kind, spec.sampler.seed
+    if kind == "grid":
+        return optuna.samplers.GridSampler(space.grid_of(spec.dims), seed=seed)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler.n_startup_trials)
+
+
+def open_study(spec: SweepSpec) -> Any:
+    """Create or load the study; refuse one made from a different spec under the same name."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(spec.optuna_url)
+    study = optuna.create_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec),
+                                direction="maximize", load_if_exists=True)
+    mark = fingerprint(spec)
+    stored = study.user_attrs.get(_FINGERPRINT)
+    if stored is None:
+        study.set_user_attr(_FINGERPRINT, mark)
+    elif stored != mark:
+        raise UsageError(
+            f"{spec.storage_dir} holds the sweep '{spec.name}' run from a different spec (only trials, "
+            f"workers and tracking may change between runs). Give the sweep a new name, or delete "
+            f"{spec.storage_dir} to start over.")
+    return study
+
+
+def requeue_interrupted(study: Any) -> list[int]:
+    """Trials left RUNNING by a driver that died: mark them failed/interrupted, queue their params again."""
+    from optuna.trial import TrialState
+
+    numbers = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, OUTCOME, "interrupted")
+        study.tell(t.number, state=TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, skip_if_exists=False)
+        numbers.append(t.number)
+    return numbers
+
+
+def counted(study: Any) -> list[Any]:
+    """Finished trials that count towards ``trials`` (interrupted ones are rerun, so they don't)."""
+    from optuna.trial import TrialState
+
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return [t for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get(OUTCOME) != "interrupted"]

@@ -1,0 +1,129 @@
+"""One (config, seed): build the env and the model, train, evaluate. Runs inside a worker.
+
+Read top to bottom, :func:`run` is the whole life of a trial seed. It talks to the outside
+only through ``reporter`` (metrics while training) and its return value (the evaluation).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from sweeps import algos, envs
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """Everything a worker needs to run one seed of one trial: plain, picklable data."""
+
+    sweep: str
+    trial: int
+    seed: int
+    algo: str
+    policy: str
+    env: dict[str, Any]
+    hyperparams: dict[str, Any]
+    total_timesteps: int
+    eval_episodes: int = 10
+    eval_seed: int = 1_000_000
+    deterministic: bool = True
+    torch_threads: int = 1
+    device: str = "cpu"
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.trial, self.seed)
+
+
+@dataclass
+class TrialResult:
+    mean_return: float
+    std_return: float
+    episode_returns: list[float]
+    timesteps: int
+    train_seconds: float
+    eval_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Reporter(Protocol):
+    def metrics(self, step: int, values: dict[str, float]) -> None: ...
+
+
+def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(config.torch_threads)
+    env = envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed)
+    algo_class = algos.load_class(config.algo)
+    model = algo_class(config.policy, env, seed=config.seed, device=config.device, verbose=0,
+                       **algos.resolve_kwargs(config.hyperparams))
+    model.set_logger(_logger_to(reporter))
+
+    started = time.perf_counter()
+    try:
+        model.learn(total_timesteps=config.total_timesteps, log_interval=1)
+    finally:
+        model.logger.dump(step=model.num_timesteps)  # SB3 never dumps the last update's train/* values
+    train_seconds = time.perf_counter() - started
+
+    started = time.perf_counter()
+    returns = evaluate(model, config)
+    eval_seconds = time.perf_counter() - started
+    env.close()
+    return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
+                       episode_returns=[float(r) for r in returns], timesteps=int(model.num_timesteps),
+                       train_seconds=train_seconds, eval_seconds=eval_seconds)
+
+
+def evaluate(model: Any, config: TrialConfig) -> list[float]:
+    """Deterministic returns on a single env seeded apart from every training seed."""
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    eval_env = envs.make_vec_env(config.env, 1, seed=config.eval_seed)
+    try:
+        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=config.eval_episodes,
+                                     deterministic=config.deterministic, return_episode_rewards=True)
+    finally:
+        eval_env.close()
+    return list(returns)
+
+
+def _logger_to(reporter: Reporter) -> Any:
+    from stable_baselines3.common.logger import KVWriter, Logger
+
+    class ReporterWriter(KVWriter):
+        """Receives every SB3 dump. ``train/*`` values in a dump belong to the update that ran right
+        after the previous dump (SB3 dumps before ``train()``), so they get that dump's step."""
+
+        def __init__(self) -> None:
+            self.previous_step = 0
+
+        def write(self, key_values: dict, key_excluded: dict, step: int = 0) -> None:
+            now: dict[str, float] = {}
+            update: dict[str, float] = {}
+            for key, value in key_values.items():
+                number = _as_number(value)
+                if number is not None:
+                    (update if key.startswith("train/") else now)[key] = number
+            if update:
+                reporter.metrics(self.previous_step, update)
+            if now:
+                reporter.metrics(step, now)
+            self.previous_step = step
+
+        def close(self) -> None:
+            pass
+
+    return Logger(folder=None, output_formats=[ReporterWriter()])
+
+
+def _as_number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
