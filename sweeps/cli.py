@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -135,7 +137,30 @@ def _ui(args: argparse.Namespace, console: Console) -> int:
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host,
                "--port", str(args.port), "--workers", "1"]
     console.print(f"MLflow UI: http://{args.host}:{args.port}  (store {uri}; Ctrl-C to stop)", highlight=False)
-    return subprocess.call(command)
+    return serve_until_stopped(command)
+
+
+def serve_until_stopped(command: list[str]) -> int:
+    """Run a server in its own process group; on Ctrl-C or SIGTERM stop the whole group."""
+    server = subprocess.Popen(command, start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
 
 
 if __name__ == "__main__":

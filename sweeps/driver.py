@@ -16,7 +16,7 @@ from typing import Any, Callable
 from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Event
-from sweeps.spec import SweepSpec
+from sweeps.spec import ENV_PREFIX, SweepSpec
 from sweeps.tracking import MlflowTracker
 from sweeps.trial import TrialConfig
 
@@ -124,12 +124,16 @@ class Driver:
         active = ActiveTrial(trial.number, trial, params, parent, self.spec.seed_list)
         self.active[trial.number] = active
         hyperparams = copy.deepcopy(self.spec.hyperparams)
+        env = self.spec.env.model_dump()
         for name, value in params.items():
-            sp.set_nested(hyperparams, name, value)
+            if name.startswith(ENV_PREFIX):
+                sp.set_nested(env, name[len("env."):], value)
+            else:
+                sp.set_nested(hyperparams, name, value)
         for seed in active.seeds:
             config = TrialConfig(
                 sweep=self.spec.name, trial=trial.number, seed=seed, algo=self.spec.algo,
-                policy=self.spec.policy, env=self.spec.env.model_dump(), hyperparams=hyperparams,
+                policy=self.spec.policy, env=env, hyperparams=hyperparams,
                 total_timesteps=self.spec.total_timesteps, eval_episodes=self.spec.objective.eval_episodes,
                 eval_seed=self.spec.objective.eval_seed_offset + seed,
                 deterministic=self.spec.objective.deterministic)

@@ -16,6 +16,7 @@ from sweeps._yaml import YamlError, load_yaml
 from sweeps.errors import Issue, SpecError, did_you_mean, one_of
 
 RESULTS_DIR = Path("results")
+ENV_PREFIX = "env.kwargs."  # space keys under this prefix go to the env's constructor
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -224,6 +225,8 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
     fixed = sp.flatten(spec.hyperparams) if spec.hyperparams else {}
     for where, keys in (("hyperparams", fixed), ("space", dims)):
         for key in keys:
+            if where == "space" and key.startswith(ENV_PREFIX) and len(key) > len(ENV_PREFIX):
+                continue  # env constructor kwargs may be swept too (curriculum phase, reward shaping...)
             issues += _check_hyperparam(spec.algo, where, key, allowed)
     issues += _value_issues(fixed, dims)
     for key in sorted(set(fixed) & set(dims)):
@@ -237,7 +240,8 @@ def _check_hyperparam(algo: str, where: str, key: str, allowed: tuple[str, ...])
 
     top = key.split(".")[0]
     if top in MANAGED:
-        return [Issue(f"{where}.{top}", f"not a hyperparameter rlsweep lets you set: {MANAGED[top]}")]
+        extra = f"; to sweep env arguments use '{where}.{ENV_PREFIX}NAME'" if top == "env" else ""
+        return [Issue(f"{where}.{top}", f"not a hyperparameter rlsweep lets you set: {MANAGED[top]}{extra}")]
     if top not in allowed:
         return [Issue(f"{where}.{top}", f"{algo} has no hyperparameter '{top}'{did_you_mean(top, allowed)} "
                                         f"(allowed: {', '.join(allowed)})")]

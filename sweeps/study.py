@@ -29,9 +29,16 @@ def make_sampler(spec: SweepSpec) -> Any:
 
     from sweeps import space
 
+    class AskTellGridSampler(optuna.samplers.GridSampler):
+        """Optuna's grid sampler calls ``study.stop()`` once the grid is used up, which raises outside
+        ``study.optimize``; the driver counts trials itself, so that stop is dropped here."""
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            return None
+
     kind, seed = spec.sampler.kind, spec.sampler.seed
     if kind == "grid":
-        return optuna.samplers.GridSampler(space.grid_of(spec.dims), seed=seed)
+        return AskTellGridSampler(space.grid_of(spec.dims), seed=seed)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler.n_startup_trials)

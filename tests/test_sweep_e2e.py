@@ -1,0 +1,173 @@
+"""End to end through the CLI: real SB3 training, a real MLflow SQLite store, a real Optuna study."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.helpers import subprocess_env, tiny_spec
+
+pytestmark = pytest.mark.slow
+
+
+def _rlsweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _stores(cwd: Path, name: str):
+    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(name)
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{cwd / 'results' / name / 'optuna.db'}")
+    return client, experiment, study
+
+
+def _runs(client: MlflowClient, experiment_id: str):
+    runs = client.search_runs([experiment_id], max_results=1000)
+    parents = [r for r in runs if "rlsweep.seed" not in r.data.tags]
+    children = [r for r in runs if "rlsweep.seed" in r.data.tags]
+    return parents, children
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cwd = tmp_path_factory.mktemp("e2e")
+    (cwd / "tiny.yaml").write_text(yaml.safe_dump(tiny_spec("tiny")))
+    result = _rlsweep(cwd, "run", "tiny.yaml", "--workers", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tiny: best trials" in result.stdout
+    assert "rlsweep ui tiny" in result.stdout
+    return cwd
+
+
+def test_every_trial_and_seed_is_tracked(tiny_sweep: Path) -> None:
+    client, experiment, study = _stores(tiny_sweep, "tiny")
+    assert experiment is not None
+    assert experiment.artifact_location.startswith((tiny_sweep / "results").as_uri())
+    parents, children = _runs(client, experiment.experiment_id)
+    assert len(parents) == 3 and len(children) == 6
+    trials = {t.number: t for t in study.get_trials()}
+    assert sorted(trials) == [0, 1, 2]
+    assert all(t.state.name == "COMPLETE" for t in trials.values())
+    by_trial = {int(p.data.tags["rlsweep.trial"]): p for p in parents}
+    for number, trial in trials.items():
+        parent = by_trial[number]
+        assert parent.info.status == "FINISHED"
+        assert parent.data.tags["rlsweep.sweep"] == "tiny"
+        assert float(parent.data.params["learning_rate"]) == pytest.approx(trial.params["learning_rate"])
+        assert parent.data.metrics["objective"] == pytest.approx(trial.value)
+        mine = [c for c in children if c.data.tags["rlsweep.trial"] == str(number)]
+        assert sorted(c.data.tags["rlsweep.seed"] for c in mine) == ["0", "1"]
+        returns = [c.data.metrics["eval/mean_return"] for c in mine]
+        assert trial.value == pytest.approx(sum(returns) / 2)
+        for child in mine:
+            assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+            assert child.data.params["learning_rate"] == parent.data.params["learning_rate"]
+        spec = json.loads(Path(parent.info.artifact_uri.removeprefix("file://"), "spec.resolved.json").read_text())
+        assert spec["trial"] == number and spec["params"]["learning_rate"] == trial.params["learning_rate"]
+
+
+def test_curves_have_every_update_including_the_last(tiny_sweep: Path) -> None:
+    client, experiment, _ = _stores(tiny_sweep, "tiny")
+    _, children = _runs(client, experiment.experiment_id)
+    for child in children:
+        # 512 steps in rollouts of 64 steps x 2 envs: four updates, at 128, 256, 384 and 512 steps.
+        value_loss = client.get_metric_history(child.info.run_id, "train/value_loss")
+        assert [m.step for m in value_loss] == [128, 256, 384, 512]
+        rewards = client.get_metric_history(child.info.run_id, "rollout/ep_rew_mean")
+        assert [m.step for m in rewards] == [128, 256, 384, 512]
+        assert all(m.value > 0 for m in rewards)
+
+
+def test_rerun_continues_instead_of_repeating(tiny_sweep: Path) -> None:
+    again = _rlsweep(tiny_sweep, "run", "tiny.yaml")
+    assert again.returncode == 0, again.stderr
+    client, experiment, study = _stores(tiny_sweep, "tiny")
+    assert len(study.get_trials()) == 3
+    more = _rlsweep(tiny_sweep, "run", "tiny.yaml", "--trials", "4", "--workers", "1")
+    assert more.returncode == 0, more.stderr
+    client, experiment, study = _stores(tiny_sweep, "tiny")
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 4
+    parents, children = _runs(client, experiment.experiment_id)
+    assert len(parents) == 4 and len(children) == 8
+
+
+def test_status_lists_the_trials(tiny_sweep: Path) -> None:
+    result = _rlsweep(tiny_sweep, "status", "tiny")
+    assert result.returncode == 0, result.stderr
+    assert "complete" in result.stdout and "learning_rate=" in result.stdout
+    missing = _rlsweep(tiny_sweep, "status", "nope")
+    assert missing.returncode == 2 and "sweeps here: tiny" in missing.stderr
+
+
+def test_changed_spec_under_the_same_name_is_refused(tiny_sweep: Path) -> None:
+    data = tiny_spec("tiny")
+    data["total_timesteps"] = 1024
+    (tiny_sweep / "tiny_changed.yaml").write_text(yaml.safe_dump(data))
+    result = _rlsweep(tiny_sweep, "run", "tiny_changed.yaml")
+    assert result.returncode == 2
+    assert "different spec" in result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_the_store_on_localhost(tiny_sweep: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", "tiny", "--port", str(port)], cwd=tiny_sweep,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny"
+        deadline, body = time.monotonic() + 90, None
+        while time.monotonic() < deadline and body is None:
+            try:
+                body = json.load(urllib.request.urlopen(url, timeout=2))
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None, "MLflow UI did not answer"
+        assert body["experiment"]["name"] == "tiny"
+        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
+        local_addresses = [line.split()[3] for line in listening.splitlines()]
+        if local_addresses:  # `ss` is there to ask: the server listens on loopback only
+            assert local_addresses == [f"127.0.0.1:{port}"] * len(local_addresses)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}" in out
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_crashing_trial_does_not_stop_the_sweep(how: str, tmp_path: Path) -> None:
+    data = tiny_spec("faulty", env={"id": "tests.helpers:faulty_cartpole", "n_envs": 1, "kwargs": {"how": how}},
+                     space={"env.kwargs.fail_at_step": {"type": "choice", "values": [None, 40]}},
+                     sampler={"kind": "grid"}, trials=None)
+    (tmp_path / "faulty.yaml").write_text(yaml.safe_dump(data))
+    result = _rlsweep(tmp_path, "run", "faulty.yaml", "--workers", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    client, experiment, study = _stores(tmp_path, "faulty")
+    trials = study.get_trials()
+    assert len(trials) == 2
+    by_fault = {t.params["env.kwargs.fail_at_step"]: t for t in trials}
+    assert by_fault[None].state.name == "COMPLETE"
+    broken = by_fault[40]
+    assert broken.state.name == "FAIL"
+    assert broken.user_attrs["rlsweep.outcome"] == "crashed"
+    expected = "RuntimeError: env exploded at step 40" if how == "raise" else "WorkerDied"
+    assert expected in broken.user_attrs["rlsweep.error"]
+    parents, children = _runs(client, experiment.experiment_id)
+    failed = [c for c in children if c.info.status == "FAILED"]
+    assert len(failed) == 2
+    assert all(expected in c.data.tags["rlsweep.error"] for c in failed)
+    assert [p.info.status for p in parents if p.data.tags["rlsweep.trial"] == str(broken.number)] == ["FAILED"]
