@@ -5,8 +5,11 @@ algorithm class directly.
 """
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
+from pathlib import Path
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -32,6 +35,7 @@ class AlgoInfo:
     module: str
     class_name: str
     package: str  # the pip distribution that provides it, for error messages
+    source: str = ""  # file defining the class, relative to the top-level package (read, not imported)
 
 
 _REGISTRY: dict[str, AlgoInfo] = {}
@@ -41,9 +45,9 @@ def register(info: AlgoInfo) -> None:
     _REGISTRY[info.name] = info
 
 
-register(AlgoInfo("PPO", "stable_baselines3", "PPO", "stable-baselines3"))
-register(AlgoInfo("A2C", "stable_baselines3", "A2C", "stable-baselines3"))
-register(AlgoInfo("RecurrentPPO", "sb3_contrib", "RecurrentPPO", "sb3-contrib"))
+register(AlgoInfo("PPO", "stable_baselines3", "PPO", "stable-baselines3", "ppo/ppo.py"))
+register(AlgoInfo("A2C", "stable_baselines3", "A2C", "stable-baselines3", "a2c/a2c.py"))
+register(AlgoInfo("RecurrentPPO", "sb3_contrib", "RecurrentPPO", "sb3-contrib", "ppo_recurrent/ppo_recurrent.py"))
 
 
 def names() -> list[str]:
@@ -63,13 +67,49 @@ def load_class(name: str) -> type:
 @lru_cache(maxsize=None)
 def constructor_params(name: str) -> tuple[str, ...]:
     """The keyword arguments of the algorithm's constructor that a spec may set."""
-    sig = inspect.signature(load_class(name).__init__)
-    return tuple(p for p in sig.parameters if p not in ("self", *MANAGED)
-                 and sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD)
+    found = _read_class(name)
+    if found is not None:
+        params = found[0]
+    else:
+        sig = inspect.signature(load_class(name).__init__)
+        params = tuple(p for p in sig.parameters if sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD)
+    return tuple(p for p in params if p not in ("self", *MANAGED))
 
 
+@lru_cache(maxsize=None)
 def policy_names(name: str) -> tuple[str, ...]:
-    return tuple(getattr(load_class(name), "policy_aliases", {}))
+    found = _read_class(name)
+    return found[1] if found is not None else tuple(getattr(load_class(name), "policy_aliases", {}))
+
+
+def _read_class(name: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Constructor arguments and policy names read from the class's source, without importing it.
+
+    Importing an algorithm pulls in torch (about 2 s); validating a spec needs only names. Returns
+    None when the source is not where the registry says (then the caller imports the class).
+    """
+    entry = _REGISTRY[name]
+    spec = importlib.util.find_spec(entry.module)  # a top-level package: found, not imported
+    if not entry.source or spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / entry.source
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == entry.class_name:
+            init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+            if init is None:
+                return None
+            args = tuple(a.arg for a in [*init.args.args, *init.args.kwonlyargs])
+            aliases: tuple[str, ...] = ()
+            for stmt in node.body:
+                target = getattr(stmt, "target", None) or (getattr(stmt, "targets", [None]) or [None])[0]
+                if getattr(target, "id", None) == "policy_aliases" and isinstance(stmt.value, ast.Dict):
+                    aliases = tuple(k.value for k in stmt.value.keys if isinstance(k, ast.Constant))
+            return args, aliases
+    return None
 
 
 def resolve_kwargs(hyperparams: dict[str, Any]) -> dict[str, Any]:

@@ -29,8 +29,8 @@ class ActiveTrial:
     number: int
     optuna_trial: Any
     params: dict[str, Any]
-    parent_run: str
     seeds: list[int]
+    parent_run: str = ""
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     errors: dict[int, dict[str, str]] = field(default_factory=dict)
@@ -74,25 +74,30 @@ class Driver:
         self.active: dict[int, ActiveTrial] = {}
         self.jobs: deque[TrialConfig] = deque()
         self.in_flight: set[tuple[int, int]] = set()
+        self._mlflow: deque[Callable[[], None]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
 
     # --- the loop -------------------------------------------------------------------------
+    # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
+    # wait for events. A worker that finishes is handed its next job before the driver spends
+    # time in MLflow, so workers do not sit idle between trials.
     def run(self) -> Progress:
         p = self.progress
         p.requeued = st.requeue_interrupted(self.study)
-        self.tracker.kill_running()
+        self._mlflow.append(self.tracker.kill_running)
         previous = st.counted(self.study)
         p.resumed = p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
         self._update_best(previous)
-        remaining = max(p.target - p.done, 0)
-        p.jobs_total = remaining * len(self.spec.seed_list)
+        p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list)
         try:
             while self._fill() or self.active:
+                self._write_mlflow()
                 for event in self.backend.poll(timeout=0.25):
                     self._handle(event)
                 self.tracker.flush_if_due()
                 self.on_change(p)
+            self._write_mlflow()
         except BaseException:
             self._abandon()
             raise
@@ -115,13 +120,15 @@ class Driver:
         self.progress.running = len(self.active)
         return bool(self.jobs) or bool(self.in_flight)
 
+    def _write_mlflow(self) -> None:
+        while self._mlflow:
+            self._mlflow.popleft()()
+
     def _open_trial(self) -> None:
         trial = self.study.ask(self.distributions)
         params = sp.decode(self.dims, trial.params)
         trial.set_user_attr("rlsweep.params", _jsonable(params))
-        resolved = self.spec.resolved() | {"trial": trial.number, "params": _jsonable(params)}
-        parent = self.tracker.start_trial(trial.number, params, resolved)
-        active = ActiveTrial(trial.number, trial, params, parent, self.spec.seed_list)
+        active = ActiveTrial(trial.number, trial, params, self.spec.seed_list)
         self.active[trial.number] = active
         hyperparams = copy.deepcopy(self.spec.hyperparams)
         env = self.spec.env.model_dump()
@@ -131,14 +138,19 @@ class Driver:
             else:
                 sp.set_nested(hyperparams, name, value)
         for seed in active.seeds:
-            config = TrialConfig(
+            self.jobs.append(TrialConfig(
                 sweep=self.spec.name, trial=trial.number, seed=seed, algo=self.spec.algo,
                 policy=self.spec.policy, env=env, hyperparams=hyperparams,
                 total_timesteps=self.spec.total_timesteps, eval_episodes=self.spec.objective.eval_episodes,
                 eval_seed=self.spec.objective.eval_seed_offset + seed,
-                deterministic=self.spec.objective.deterministic)
-            active.child_runs[seed] = self.tracker.start_seed(trial.number, seed, parent, params)
-            self.jobs.append(config)
+                deterministic=self.spec.objective.deterministic))
+        self._mlflow.append(lambda: self._start_runs(active))
+
+    def _start_runs(self, active: ActiveTrial) -> None:
+        resolved = self.spec.resolved() | {"trial": active.number, "params": _jsonable(active.params)}
+        active.parent_run = self.tracker.start_trial(active.number, active.params, resolved)
+        for seed in active.seeds:
+            active.child_runs[seed] = self.tracker.start_seed(active.number, seed, active.parent_run, active.params)
 
     # --- events ---------------------------------------------------------------------------
     def _handle(self, event: Event) -> None:
@@ -146,30 +158,31 @@ class Driver:
         active = self.active.get(trial_number)
         if active is None:
             return
-        run_id = active.child_runs[seed]
         if event.kind == "metrics":
             step, values = event.payload
-            self.tracker.log_metrics(run_id, step, values)
-        elif event.kind == "finished":
-            self.in_flight.discard(event.key)
+            self.tracker.log_metrics(active.child_runs[seed], step, values)
+            return
+        if event.kind == "started":
+            self._mlflow.append(lambda: self.tracker.client.set_tag(
+                active.child_runs[seed], "rlsweep.worker", str(event.payload.get("worker"))))
+            return
+        self.in_flight.discard(event.key)
+        self.progress.jobs_done += 1
+        run_id = active.child_runs[seed]
+        if event.kind == "finished":
             result = event.payload
             active.returns[seed] = result["mean_return"]
-            self.tracker.end_run(run_id, "FINISHED", metrics={
-                "eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"],
-                "time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]},
-                tags={"rlsweep.outcome": "complete"})
-            self._job_done(active)
+            metrics = {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"],
+                       "time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
+            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics,
+                                                             tags={"rlsweep.outcome": "complete"}))
         elif event.kind == "failed":
-            self.in_flight.discard(event.key)
             error = event.payload
             active.errors[seed] = error
-            self.tracker.end_run(run_id, "FAILED", tags={
-                "rlsweep.outcome": "crashed", "rlsweep.error": f"{error['type']}: {error['message']}"},
-                texts={"error.txt": error.get("traceback") or error["message"]})
-            self._job_done(active)
-
-    def _job_done(self, active: ActiveTrial) -> None:
-        self.progress.jobs_done += 1
+            self._mlflow.append(lambda: self.tracker.end_run(
+                run_id, "FAILED", tags={"rlsweep.outcome": "crashed",
+                                        "rlsweep.error": f"{error['type']}: {error['message']}"},
+                texts={"error.txt": error.get("traceback") or error["message"]}))
         if active.finished:
             self._close_trial(active)
 
@@ -181,20 +194,20 @@ class Driver:
         trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
         if active.errors:
             seed, error = next(iter(active.errors.items()))
-            message = f"{error['type']}: {error['message']}"
+            message = f"seed {seed}: {error['type']}: {error['message']}"
             trial.set_user_attr(st.OUTCOME, "crashed")
-            trial.set_user_attr("rlsweep.error", f"seed {seed}: {message}"[:1000])
+            trial.set_user_attr("rlsweep.error", message[:1000])
             self.study.tell(trial, state=TrialState.FAIL)
-            self.tracker.end_run(active.parent_run, "FAILED", tags={
-                "rlsweep.outcome": "crashed", "rlsweep.error": f"seed {seed}: {message}"})
+            self._mlflow.append(lambda: self.tracker.end_run(
+                active.parent_run, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.error": message}))
             p.failed += 1
         else:
             value = _AGGREGATE[self.spec.objective.aggregate](list(active.returns.values()))
             trial.set_user_attr(st.OUTCOME, "complete")
             self.study.tell(trial, value)
             metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
-            self.tracker.end_run(active.parent_run, "FINISHED", metrics=metrics,
-                                 tags={"rlsweep.outcome": "complete"})
+            self._mlflow.append(lambda: self.tracker.end_run(active.parent_run, "FINISHED", metrics=metrics,
+                                                             tags={"rlsweep.outcome": "complete"}))
             if p.best is None or value > p.best:
                 p.best, p.best_trial = value, active.number
         p.done += 1
@@ -209,11 +222,13 @@ class Driver:
         try:
             self.backend.close()
         finally:
+            self._write_mlflow()
             self.tracker.flush()
             for active in self.active.values():
                 for run_id in [*active.child_runs.values(), active.parent_run]:
-                    self.tracker.client.set_tag(run_id, "rlsweep.outcome", "interrupted")
-                    self.tracker.client.set_terminated(run_id, status="KILLED")
+                    if run_id:
+                        self.tracker.client.set_tag(run_id, "rlsweep.outcome", "interrupted")
+                        self.tracker.client.set_terminated(run_id, status="KILLED")
 
     def _update_best(self, trials: list[Any]) -> None:
         complete = [t for t in trials if t.value is not None and t.state.name == "COMPLETE"]

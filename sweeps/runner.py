@@ -45,26 +45,29 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
 
 
 def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, backend: str = "local") -> Progress:
-    from sweeps import backends, study
+    from sweeps import algos, backends, study
     from sweeps.driver import Driver
     from sweeps.progress import LiveDisplay, trials_table
-    from sweeps.tracking import MlflowTracker
+    from sweeps.tracking import BackgroundTracker
 
     _writable_dir(spec.storage_dir)
     if spec.mlflow_uri.startswith("sqlite:///"):
         _writable_dir(Path(spec.mlflow_uri[len("sqlite:///"):]).parent)
     with sweep_lock(spec.storage_dir):
         (spec.storage_dir / "spec.yaml").write_text(dump_yaml(spec.resolved()))
-        # Both stores are created here, by the driver, before any worker exists.
-        the_study = study.open_study(spec)
-        tracker = MlflowTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
-        remaining_jobs = max(spec.n_trials - len(study.counted(the_study)), 0) * len(spec.seed_list)
-        n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1, remaining_jobs or 1))
-        console.print(f"[bold]{spec.name}[/bold]: {spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
-                      f"{len(spec.seed_list)} seeds, {spec.total_timesteps} steps each, {n_workers} "
-                      f"{backend} worker{'s' if n_workers > 1 else ''}", highlight=False)
-        with backends.make(backend, n_workers) as be, LiveDisplay(console) as display:
-            progress = Driver(spec, be, tracker, the_study, on_change=display).run()
+        # Workers start first so their ~2 s import of torch overlaps the stores' creation below.
+        # They never open either store: the driver creates both and is their only writer.
+        n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1,
+                               spec.n_trials * len(spec.seed_list)))
+        warm = (algos.info(spec.algo).module,)
+        with backends.make(backend, n_workers, warm_imports=warm) as be:
+            tracker = BackgroundTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
+            the_study = study.open_study(spec)
+            console.print(f"[bold]{spec.name}[/bold]: {spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
+                          f"{len(spec.seed_list)} seeds, {spec.total_timesteps} steps each, {n_workers} "
+                          f"{backend} worker{'s' if n_workers > 1 else ''}", highlight=False)
+            with LiveDisplay(console) as display:
+                progress = Driver(spec, be, tracker, the_study, on_change=display).run()
         if progress.requeued:
             console.print(f"rerun after an interruption: trials {progress.requeued}")
         console.print(trials_table(the_study.get_trials(deepcopy=False), f"{spec.name}: best trials", limit=10))

@@ -109,3 +109,18 @@ class MlflowTracker:
         buffer = self._buffers.pop(run_id, [])
         for start in range(0, len(buffer), _BATCH):
             self.client.log_batch(run_id, metrics=buffer[start:start + _BATCH])
+
+
+class BackgroundTracker:
+    """An :class:`MlflowTracker` built in a thread (importing MLflow and creating a new store's
+    schema takes ~4 s); the first use waits for it. Errors surface at that first use."""
+
+    def __init__(self, *args: Any) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup")
+        self._future = self._pool.submit(MlflowTracker, *args)
+        self._pool.shutdown(wait=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._future.result(), name)

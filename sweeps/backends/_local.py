@@ -7,6 +7,7 @@ replaced.
 """
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import queue
@@ -28,12 +29,14 @@ class _QueueReporter:
         self.results.put(("metrics", self.key, (int(step), values)))
 
 
-def _worker_main(name: str, tasks: Any, results: Any) -> None:
+def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for var in _THREAD_VARS:
         os.environ[var] = "1"
     from sweeps import trial
 
+    for module in warm_imports:  # paid now, while the driver prepares its stores
+        importlib.import_module(module)
     while True:
         config = tasks.get()
         if config is None:
@@ -50,7 +53,7 @@ def _worker_main(name: str, tasks: Any, results: Any) -> None:
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, warm_imports: tuple[str, ...] = ()) -> None:
         if workers < 1:
             raise ValueError(f"`workers >= 1` must hold, but got workers={workers}")
         self.capacity = workers
@@ -58,6 +61,7 @@ class LocalBackend(Backend):
         self._results = self._ctx.Queue()
         self._workers: list[dict[str, Any]] = []
         self._serial = 0
+        self._warm = tuple(warm_imports)
         for _ in range(workers):
             self._workers.append(self._spawn())
 
@@ -65,7 +69,7 @@ class LocalBackend(Backend):
         self._serial += 1
         name = f"local-{self._serial}"
         tasks = self._ctx.Queue()
-        proc = self._ctx.Process(target=_worker_main, args=(name, tasks, self._results), name=name, daemon=True)
+        proc = self._ctx.Process(target=_worker_main, args=(name, tasks, self._results, self._warm), name=name, daemon=True)
         proc.start()
         return {"name": name, "proc": proc, "tasks": tasks, "job": None}
 
@@ -108,12 +112,10 @@ class LocalBackend(Backend):
         return events
 
     def close(self) -> None:
+        """Stop every worker now. Idle workers hold nothing; a busy one's job is abandoned."""
         for worker in self._workers:
-            if worker["proc"].is_alive() and worker["job"] is None:
-                worker["tasks"].put(None)
-        for worker in self._workers:
-            worker["proc"].join(timeout=2 if worker["job"] is None else 0)
             if worker["proc"].is_alive():
                 worker["proc"].kill()
-                worker["proc"].join(timeout=5)
+        for worker in self._workers:
+            worker["proc"].join(timeout=5)
         self._workers = []

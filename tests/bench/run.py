@@ -1,0 +1,122 @@
+"""``make bench``: every benchmark, compared side by side in one run, figures to results/benchmarks/.
+
+These machines are shared and noisy, so each figure is a ratio of runs made back to back in
+this same invocation, alternating the two sides when ``--repeat`` > 1. Nothing here is a
+pass/fail test; the targets are printed beside the figures.
+
+    python tests/bench/run.py [--repeat N] [--only overhead,scaling]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "results" / "benchmarks"
+SPEC = REPO / "tests" / "bench" / "overhead.yaml"
+
+
+CPU_SECONDS: list[float] = []  # CPU time (user + sys) of each timed command and its children
+
+
+def _timed(command: list[str], cwd: Path) -> float:
+    """Wall seconds of ``command``; its CPU seconds are appended to ``CPU_SECONDS``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
+                            env=dict(os.environ, COLUMNS="200"))
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_SECONDS.append(round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 2))
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return round(seconds, 2)
+
+
+def _rlsweep_run(workers: int) -> float:
+    """A fresh working directory each time, so every run creates its stores from nothing."""
+    cwd = Path(tempfile.mkdtemp(prefix="rlsweep-bench-"))
+    try:
+        return _timed([sys.executable, "-m", "sweeps", "run", str(SPEC), "--workers", str(workers)], cwd)
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+def _plain_loop() -> float:
+    cwd = Path(tempfile.mkdtemp(prefix="rlsweep-bench-"))
+    try:
+        return _timed([sys.executable, str(REPO / "tests" / "bench" / "plain_loop.py"), str(SPEC)], cwd)
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+def bench_overhead(repeat: int) -> dict:
+    """(a) 6 configs x 20k steps as a plain loop of SB3 calls; (b) the same through `rlsweep run
+    --workers 1`, stores created from scratch. Both are whole commands, imports included."""
+    plain, swept, plain_cpu, swept_cpu = [], [], [], []
+    for _ in range(repeat):
+        plain.append(_plain_loop())
+        plain_cpu.append(CPU_SECONDS[-1])
+        swept.append(_rlsweep_run(1))
+        swept_cpu.append(CPU_SECONDS[-1])
+    ratio = statistics.median(swept) / statistics.median(plain)
+    cpu_ratio = statistics.median(swept_cpu) / statistics.median(plain_cpu)
+    return {"plain_loop_s": plain, "rlsweep_1_worker_s": swept, "ratio_b_over_a": round(ratio, 4),
+            "plain_loop_cpu_s": plain_cpu, "rlsweep_1_worker_cpu_s": swept_cpu,
+            "cpu_ratio_b_over_a": round(cpu_ratio, 4), "target": "<= 1.05"}
+
+
+def bench_scaling(repeat: int) -> dict:
+    """Trials per hour with --workers 2 against --workers 1, on this 2-core machine."""
+    one, two = [], []
+    for _ in range(repeat):
+        one.append(_rlsweep_run(1))
+        two.append(_rlsweep_run(2))
+    speedup = statistics.median(one) / statistics.median(two)
+    trials = 6
+    return {"workers_1_s": one, "workers_2_s": two, "trials": trials,
+            "trials_per_hour_1": round(trials * 3600 / statistics.median(one), 1),
+            "trials_per_hour_2": round(trials * 3600 / statistics.median(two), 1),
+            "speedup": round(speedup, 3), "target": ">= 1.8", "cpus": os.cpu_count()}
+
+
+BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--only", default=",".join(BENCHES))
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    figures = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat}
+    for name in args.only.split(","):
+        print(f"running {name} ...", flush=True)
+        figures[name] = BENCHES[name](args.repeat)
+        print(json.dumps(figures[name], indent=2), flush=True)
+    (OUT / "foundation.json").write_text(json.dumps(figures, indent=2))
+    lines = [f"# Foundation benchmarks ({figures['date']}, repeat {args.repeat})", ""]
+    if "overhead" in figures:
+        o = figures["overhead"]
+        lines.append(f"- Platform overhead, 6 configs x 20k steps: rlsweep 1 worker / plain SB3 loop = "
+                     f"**{o['ratio_b_over_a']}** (target {o['target']}); plain {o['plain_loop_s']} s, "
+                     f"rlsweep {o['rlsweep_1_worker_s']} s; CPU-time ratio {o['cpu_ratio_b_over_a']}")
+    if "scaling" in figures:
+        s = figures["scaling"]
+        lines.append(f"- Parallel scaling on {s['cpus']} CPUs: --workers 2 vs 1 = **{s['speedup']}x** trials/hour "
+                     f"(target {s['target']}); {s['trials_per_hour_1']} -> {s['trials_per_hour_2']} trials/hour")
+    (OUT / "foundation.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
