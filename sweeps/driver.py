@@ -31,6 +31,8 @@ class ActiveTrial:
     params: dict[str, Any]
     seeds: list[int]
     parent_run: str = ""
+    logged: dict[str, Any] = field(default_factory=dict)  # every hyperparameter, fixed and sampled
+    workers: dict[int, str] = field(default_factory=dict)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     errors: dict[int, dict[str, str]] = field(default_factory=dict)
@@ -137,6 +139,7 @@ class Driver:
                 sp.set_nested(env, name[len("env."):], value)
             else:
                 sp.set_nested(hyperparams, name, value)
+        active.logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}
         for seed in active.seeds:
             self.jobs.append(TrialConfig(
                 sweep=self.spec.name, trial=trial.number, seed=seed, algo=self.spec.algo,
@@ -148,9 +151,9 @@ class Driver:
 
     def _start_runs(self, active: ActiveTrial) -> None:
         resolved = self.spec.resolved() | {"trial": active.number, "params": _jsonable(active.params)}
-        active.parent_run = self.tracker.start_trial(active.number, active.params, resolved)
+        active.parent_run = self.tracker.start_trial(active.number, active.logged, resolved)
         for seed in active.seeds:
-            active.child_runs[seed] = self.tracker.start_seed(active.number, seed, active.parent_run, active.params)
+            active.child_runs[seed] = self.tracker.start_seed(active.number, seed, active.parent_run, active.logged)
 
     # --- events ---------------------------------------------------------------------------
     def _handle(self, event: Event) -> None:
@@ -163,8 +166,7 @@ class Driver:
             self.tracker.log_metrics(active.child_runs[seed], step, values)
             return
         if event.kind == "started":
-            self._mlflow.append(lambda: self.tracker.client.set_tag(
-                active.child_runs[seed], "rlsweep.worker", str(event.payload.get("worker"))))
+            active.workers[seed] = str(event.payload.get("worker"))
             return
         self.in_flight.discard(event.key)
         self.progress.jobs_done += 1
@@ -174,13 +176,13 @@ class Driver:
             active.returns[seed] = result["mean_return"]
             metrics = {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"],
                        "time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
-            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics,
-                                                             tags={"rlsweep.outcome": "complete"}))
+            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags={
+                "rlsweep.outcome": "complete", "rlsweep.worker": active.workers.get(seed, "")}))
         elif event.kind == "failed":
             error = event.payload
             active.errors[seed] = error
             self._mlflow.append(lambda: self.tracker.end_run(
-                run_id, "FAILED", tags={"rlsweep.outcome": "crashed",
+                run_id, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.worker": active.workers.get(seed, ""),
                                         "rlsweep.error": f"{error['type']}: {error['message']}"},
                 texts={"error.txt": error.get("traceback") or error["message"]}))
         if active.finished:

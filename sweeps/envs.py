@@ -63,6 +63,21 @@ def check(env: Any, path: str) -> list[Issue]:
     return issues
 
 
+def continuous_action_problem(env: dict[str, Any]) -> str | None:
+    """None if the env's action space is a Box; else a sentence saying what it is."""
+    try:
+        instance = env_factory(env)()
+    except Exception as exc:  # the env's own error, reported as it is
+        return f"building the env to check its action space failed ({type(exc).__name__}: {exc})"
+    try:
+        space = instance.action_space
+    finally:
+        instance.close()
+    from gymnasium import spaces
+
+    return None if isinstance(space, spaces.Box) else f"{env['id']} has the action space {space}"
+
+
 def env_factory(env: dict[str, Any]) -> Callable[[], Any]:
     """A zero-argument function building one wrapped env from the plain-data env spec."""
 

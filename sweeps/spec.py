@@ -205,7 +205,7 @@ def _pydantic_issue(err: dict) -> Issue:
 
 # --- checks that need more than types -------------------------------------------------------
 def _semantic_issues(spec: SweepSpec) -> list[Issue]:
-    from sweeps import algos, envs
+    from sweeps import algos, envs, knobs
 
     issues: list[Issue] = []
     dims, space_issues = sp.parse_space(spec.space)
@@ -227,11 +227,62 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
         for key in keys:
             if where == "space" and key.startswith(ENV_PREFIX) and len(key) > len(ENV_PREFIX):
                 continue  # env constructor kwargs may be swept too (curriculum phase, reward shaping...)
-            issues += _check_hyperparam(spec.algo, where, key, allowed)
+            if knobs.is_knob(key):
+                values = [fixed[key]] if where == "hyperparams" else _candidates(dims[key])
+                issues += knobs.check(spec.algo, where, key, values)
+            else:
+                issues += _check_hyperparam(spec.algo, where, key, allowed)
+    if not issues:
+        issues += _knob_combination_issues(spec, fixed, dims)
     issues += _value_issues(fixed, dims)
     for key in sorted(set(fixed) & set(dims)):
         issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
     issues += _sampler_issues(spec, dims)
+    return issues
+
+
+def _candidates(dist: sp.Dist) -> list[Any]:
+    """The values a dimension can take, as far as checks need: choices, a fixed value, range ends."""
+    if dist.kind == "choice":
+        return list(dist.values)
+    if dist.is_fixed:
+        return [dist.value]
+    return [dist.low, dist.high]
+
+
+def _knob_combination_issues(spec: SweepSpec, fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue]:
+    """Knobs that are fine alone but not together, or not with this environment."""
+    from sweeps import envs
+    issues: list[Issue] = []
+
+    def values(key: str) -> tuple[str, list[Any]] | None:
+        if key in fixed:
+            return "hyperparams", [fixed[key]]
+        if key in dims:
+            return "space", _candidates(dims[key])
+        return None
+
+    gains = [k for k in (*fixed, *dims) if k.startswith("init_gains")]
+    ortho = values("ortho_init")
+    if gains and ortho and False in ortho[1]:
+        issues.append(Issue(f"{ortho[0]}.ortho_init", "init_gains set orthogonal gains, so ortho_init must stay "
+                                                      "true (drop init_gains to use SB3's other init)"))
+    bounds, init = values("log_std_bounds"), values("log_std_init")
+    if bounds and init and bounds[0] == "hyperparams" and init[0] == "hyperparams":
+        low, high = bounds[1][0]
+        if not low <= init[1][0] <= high:
+            issues.append(Issue("hyperparams.log_std_init", f"log_std_init={init[1][0]} lies outside "
+                                                            f"log_std_bounds [{low}, {high}]"))
+    schedule = [k for k in (*fixed, *dims) if k.startswith("learning_rate.")]
+    if schedule and not values("learning_rate.initial"):
+        issues.append(Issue(f"{'space' if schedule[0] in dims else 'hyperparams'}.learning_rate.initial",
+                            "a learning-rate schedule needs 'initial' (fixed or swept)"))
+    gaussian = [key for key in ("log_std_bounds", "log_std_init") if values(key)]
+    if gaussian:
+        problem = envs.continuous_action_problem(spec.env.model_dump())
+        if problem:
+            where = values(gaussian[0])[0]
+            issues.append(Issue(f"{where}.{gaussian[0]}", f"applies to Gaussian (Box action) policies; {problem}"))
     return issues
 
 

@@ -57,22 +57,27 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     import numpy as np
     import torch
 
+    from sweeps import knobs
+    from stability.gradients import GradNormMonitor, grad_norm_callback
+
     torch.set_num_threads(config.torch_threads)
-    env = envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed)
     algo_class = algos.load_class(config.algo)
-    model = algo_class(config.policy, env, seed=config.seed, device=config.device, verbose=0,
-                       **algos.resolve_kwargs(config.hyperparams))
+    built = knobs.build(algo_class, config.policy, config.hyperparams)
+    env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
+    model = algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0, **built.algo_kwargs)
     model.set_logger(_logger_to(reporter))
+    grad_norms = GradNormMonitor(model.policy, max_grad_norm=built.max_grad_norm)
 
     started = time.perf_counter()
     try:
-        model.learn(total_timesteps=config.total_timesteps, log_interval=1)
+        model.learn(total_timesteps=config.total_timesteps, log_interval=1, callback=grad_norm_callback(grad_norms))
     finally:
         model.logger.dump(step=model.num_timesteps)  # SB3 never dumps the last update's train/* values
+        grad_norms.close()
     train_seconds = time.perf_counter() - started
 
     started = time.perf_counter()
-    returns = evaluate(model, config)
+    returns = evaluate(model, config, lambda venv: knobs.wrap_eval_env(venv, built, env))
     eval_seconds = time.perf_counter() - started
     env.close()
     return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
@@ -80,11 +85,16 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
                        train_seconds=train_seconds, eval_seconds=eval_seconds)
 
 
-def evaluate(model: Any, config: TrialConfig) -> list[float]:
-    """Deterministic returns on a single env seeded apart from every training seed."""
+def evaluate(model: Any, config: TrialConfig, wrap: Any = None) -> list[float]:
+    """Deterministic returns on a single env seeded apart from every training seed.
+
+    ``wrap`` adds the training env's normalisation (frozen statistics) to the eval env.
+    """
     from stable_baselines3.common.evaluation import evaluate_policy
 
     eval_env = envs.make_vec_env(config.env, 1, seed=config.eval_seed)
+    if wrap is not None:
+        eval_env = wrap(eval_env)
     try:
         returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=config.eval_episodes,
                                      deterministic=config.deterministic, return_episode_rewards=True)
@@ -107,6 +117,8 @@ def _logger_to(reporter: Reporter) -> Any:
             now: dict[str, float] = {}
             update: dict[str, float] = {}
             for key, value in key_values.items():
+                if key in _REDUNDANT:
+                    continue
                 number = _as_number(value)
                 if number is not None:
                     (update if key.startswith("train/") else now)[key] = number
@@ -120,6 +132,10 @@ def _logger_to(reporter: Reporter) -> Any:
             pass
 
     return Logger(folder=None, output_formats=[ReporterWriter()])
+
+
+# Restate the step or the clock: not worth MLflow's ~0.1 ms per stored point.
+_REDUNDANT = frozenset({"time/iterations", "time/total_timesteps", "time/time_elapsed"})
 
 
 def _as_number(value: Any) -> float | None:

@@ -98,22 +98,25 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(BENCHES))
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    figures = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat}
+    path = OUT / "foundation.json"
+    figures = json.loads(path.read_text()) if path.is_file() else {}  # keep figures of benches not rerun
     for name in args.only.split(","):
         print(f"running {name} ...", flush=True)
-        figures[name] = BENCHES[name](args.repeat)
+        figures[name] = BENCHES[name](args.repeat) | {"date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                      "repeat": args.repeat}
         print(json.dumps(figures[name], indent=2), flush=True)
-    (OUT / "foundation.json").write_text(json.dumps(figures, indent=2))
-    lines = [f"# Foundation benchmarks ({figures['date']}, repeat {args.repeat})", ""]
+    path.write_text(json.dumps(figures, indent=2))
+    lines = ["# Foundation benchmarks", ""]
     if "overhead" in figures:
         o = figures["overhead"]
-        lines.append(f"- Platform overhead, 6 configs x 20k steps: rlsweep 1 worker / plain SB3 loop = "
-                     f"**{o['ratio_b_over_a']}** (target {o['target']}); plain {o['plain_loop_s']} s, "
-                     f"rlsweep {o['rlsweep_1_worker_s']} s; CPU-time ratio {o['cpu_ratio_b_over_a']}")
+        lines.append(f"- Platform overhead ({o['date']}, x{o['repeat']}), 6 configs x 20k steps: rlsweep 1 worker / "
+                     f"plain SB3 loop = **{o['ratio_b_over_a']}** wall (target {o['target']}), "
+                     f"{o['cpu_ratio_b_over_a']} CPU time; plain {o['plain_loop_s']} s, rlsweep {o['rlsweep_1_worker_s']} s")
     if "scaling" in figures:
         s = figures["scaling"]
-        lines.append(f"- Parallel scaling on {s['cpus']} CPUs: --workers 2 vs 1 = **{s['speedup']}x** trials/hour "
-                     f"(target {s['target']}); {s['trials_per_hour_1']} -> {s['trials_per_hour_2']} trials/hour")
+        lines.append(f"- Parallel scaling ({s['date']}, x{s['repeat']}) on {s['cpus']} CPUs: --workers 2 vs 1 = "
+                     f"**{s['speedup']}x** trials/hour (target {s['target']}); {s['trials_per_hour_1']} -> "
+                     f"{s['trials_per_hour_2']} trials/hour")
     (OUT / "foundation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

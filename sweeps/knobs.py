@@ -1,0 +1,295 @@
+"""The stability knobs: the one place that turns a knob into an SB3 argument, a policy class or a wrapper.
+
+Knobs are hyperparameter names a spec may set under ``hyperparams`` or sweep under ``space``
+(nested keys as ``init_gains.policy``), alongside the algorithm's own constructor arguments:
+
+==================  ==========================================================================
+learning_rate       a rate, ``"lin_3e-4"``, or ``{schedule: linear|constant, initial, final}``
+log_std_bounds      ``[low, high]``: the Gaussian log std stays inside (see sweeps.policies)
+max_grad_norm       a positive norm, or ``off`` / ``null`` for no clipping
+optimizer           ``adam`` | ``adamw`` | ``rmsprop`` (with SB3's eps=1e-5 kept)
+weight_decay        >= 0, reaching the optimizer for every algorithm (A2C included)
+ortho_init          orthogonal init on/off
+init_gains          ``{hidden, policy, value}`` orthogonal gains (+ ``lstm`` for RecurrentPPO)
+log_std_init        initial log std of Gaussian policies
+normalize           ``{reward, obs, clip_reward, clip_obs, gamma}`` for VecNormalize (or true/false)
+reward_scale        rewards are multiplied by this before normalisation
+==================  ==========================================================================
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from sweeps.errors import Issue, did_you_mean, one_of
+
+KNOBS = ("learning_rate", "log_std_bounds", "max_grad_norm", "optimizer", "weight_decay", "ortho_init",
+         "init_gains", "log_std_init", "normalize", "reward_scale")
+OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
+SCHEDULES = ("constant", "linear")
+GAINS = ("hidden", "policy", "value", "lstm")
+NORMALIZE_KEYS = ("reward", "obs", "clip_reward", "clip_obs", "gamma")
+LOG_STD_LIMITS = (-103.0, 88.0)  # float32 exp() underflows to 0 / overflows to inf beyond these
+
+# Which knobs each algorithm supports; a knob outside its algorithm's set is a validation error.
+_ON_POLICY = frozenset(KNOBS)
+APPLIES: dict[str, frozenset[str]] = {"PPO": _ON_POLICY, "A2C": _ON_POLICY, "RecurrentPPO": _ON_POLICY}
+_GAINS_FOR = {"RecurrentPPO": GAINS}  # others: hidden, policy, value
+
+
+# --- schedules (module-level classes so saved models unpickle) ----------------------------------
+@dataclass(frozen=True)
+class LinearSchedule:
+    """``initial`` at the start of training (progress_remaining=1) to ``final`` at the end (0)."""
+
+    initial: float
+    final: float = 0.0
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.final + progress_remaining * (self.initial - self.final)
+
+
+def learning_rate(value: Any) -> float | Callable[[float], float]:
+    if isinstance(value, str):
+        return LinearSchedule(float(value[len("lin_"):]))
+    if isinstance(value, Mapping):
+        if value.get("schedule", "constant") == "linear":
+            return LinearSchedule(float(value["initial"]), float(value.get("final", 0.0)))
+        return float(value["initial"])
+    return float(value)
+
+
+# --- validation ---------------------------------------------------------------------------------
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value: Any) -> str | None:
+    return None if _number(value) and value > 0 else f"expected a number > 0, got {value!r}"
+
+
+def _non_negative(value: Any) -> str | None:
+    return None if _number(value) and value >= 0 else f"expected a number >= 0, got {value!r}"
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+
+
+def _lr(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        return None  # checked leaf by leaf
+    if isinstance(value, str):
+        try:
+            rate = float(value[len("lin_"):]) if value.startswith("lin_") else None
+        except ValueError:
+            rate = None
+        return None if rate is not None and rate > 0 else \
+            f"expected a rate > 0, 'lin_RATE' or {{schedule, initial, final}}, got {value!r}"
+    return _positive(value)
+
+
+def _bounds(value: Any) -> str | None:
+    low_limit, high_limit = LOG_STD_LIMITS
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(_number(v) for v in value)):
+        return f"expected [low, high], two numbers, got {value!r}"
+    low, high = value
+    if not low < high:
+        return f"`low < high` must hold, but got (low={low}, high={high})"
+    if low < low_limit or high > high_limit:
+        return f"bounds must lie in [{low_limit}, {high_limit}] where float32 exp() is finite and > 0, got {value!r}"
+    return None
+
+
+def _grad_norm(value: Any) -> str | None:
+    return None if value is None or value == "off" or (_number(value) and value > 0) else \
+        f"expected a norm > 0, or off, got {value!r}"
+
+
+def _log_std_init(value: Any) -> str | None:
+    low, high = LOG_STD_LIMITS
+    return None if _number(value) and low <= value <= high else f"expected a number in [{low}, {high}], got {value!r}"
+
+
+def _gamma(value: Any) -> str | None:
+    return None if value is None or (_number(value) and 0 < value <= 1) else \
+        f"expected a discount in (0, 1] (or null: the algorithm's gamma), got {value!r}"
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
+    return lambda value: None if value in allowed else one_of(value, allowed)
+
+
+_LEAVES: dict[str, Callable[[Any], str | None]] = {
+    "learning_rate": _lr,
+    "learning_rate.schedule": _choice(SCHEDULES),
+    "learning_rate.initial": _positive,
+    "learning_rate.final": _non_negative,
+    "log_std_bounds": _bounds,
+    "max_grad_norm": _grad_norm,
+    "optimizer": _choice(tuple(OPTIMIZERS)),
+    "weight_decay": _non_negative,
+    "ortho_init": _boolean,
+    "log_std_init": _log_std_init,
+    "normalize": lambda v: None if isinstance(v, (bool, Mapping)) else f"expected true/false or a mapping, got {v!r}",
+    "normalize.reward": _boolean,
+    "normalize.obs": _boolean,
+    "normalize.clip_reward": _positive,
+    "normalize.clip_obs": _positive,
+    "normalize.gamma": _gamma,
+    "reward_scale": _positive,
+    **{f"init_gains.{g}": _positive for g in GAINS},
+}
+
+
+def is_knob(name: str) -> bool:
+    return name.split(".")[0] in KNOBS
+
+
+def check(algo: str, where: str, name: str, candidates: list[Any]) -> list[Issue]:
+    """Issues with the knob ``name`` (a flattened key) for ``algo``, given the values it may take."""
+    top = name.split(".")[0]
+    if top not in APPLIES.get(algo, frozenset()):
+        usable = sorted(a for a, knobs in APPLIES.items() if top in knobs)
+        return [Issue(f"{where}.{top}", f"the knob '{top}' does not apply to {algo} (it applies to "
+                                        f"{', '.join(usable) or 'no registered algorithm'})")]
+    if top == "init_gains" and name != top:
+        allowed = _GAINS_FOR.get(algo, GAINS[:3])
+        leaf = name.split(".", 1)[1]
+        if leaf not in allowed:
+            return [Issue(f"{where}.{name}", f"{algo} has no init gain '{leaf}'; allowed: {', '.join(allowed)}"
+                                             f"{did_you_mean(leaf, allowed)}")]
+    rule = _LEAVES.get(name)
+    if rule is None:
+        siblings = sorted(k.split(".", 1)[1] for k in _LEAVES if k.startswith(top + ".") and "." in k)
+        detail = f"; allowed under '{top}': {', '.join(siblings)}" if siblings else ""
+        return [Issue(f"{where}.{name}", f"unknown knob setting{detail}")]
+    issues = []
+    for value in candidates:
+        problem = rule(value)
+        if problem:
+            issues.append(Issue(f"{where}.{name}", problem))
+            break
+    return issues
+
+
+# --- building -----------------------------------------------------------------------------------
+@dataclass
+class Built:
+    """What the knobs turn into for one trial."""
+
+    algo_kwargs: dict[str, Any]
+    policy: Any  # an SB3 alias, or a policy class from sweeps.policies
+    normalize: dict[str, Any] | None = None  # VecNormalize kwargs
+    reward_scale: float = 1.0
+    max_grad_norm: float | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+
+def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
+    """Split ``hyperparams`` into algorithm kwargs, a policy and env wrappers, applying every knob."""
+    import inspect
+
+    import torch as th
+
+    from sweeps.algos import resolve_kwargs
+
+    hp = copy.deepcopy(hyperparams)
+    knobs = {k: hp.pop(k) for k in KNOBS if k in hp}
+    kwargs = resolve_kwargs(hp)
+    pk = dict(kwargs.pop("policy_kwargs", {}) or {})
+    defaults = {k: p.default for k, p in inspect.signature(algo_class.__init__).parameters.items()}
+
+    if "learning_rate" in knobs:
+        kwargs["learning_rate"] = learning_rate(knobs["learning_rate"])
+    max_grad_norm = knobs.get("max_grad_norm", defaults.get("max_grad_norm"))
+    if "max_grad_norm" in knobs:
+        max_grad_norm = math.inf if knobs["max_grad_norm"] in (None, "off") else float(knobs["max_grad_norm"])
+        kwargs["max_grad_norm"] = max_grad_norm
+    for key in ("ortho_init", "log_std_init"):
+        if key in knobs:
+            pk[key] = knobs[key]
+    _optimizer(algo_class.__name__, kwargs, pk, knobs, defaults, th)
+
+    chosen: Any = policy
+    if "log_std_bounds" in knobs or "init_gains" in knobs:
+        from sweeps.policies import BY_ALIAS
+
+        chosen = BY_ALIAS[policy]
+        if "log_std_bounds" in knobs:
+            pk["log_std_bounds"] = [float(b) for b in knobs["log_std_bounds"]]
+        if "init_gains" in knobs:
+            pk["init_gains"] = {k: float(v) for k, v in knobs["init_gains"].items()}
+    if pk:
+        kwargs["policy_kwargs"] = pk
+
+    normalize = _normalize(knobs.get("normalize"), kwargs.get("gamma", defaults.get("gamma", 0.99)))
+    return Built(kwargs, chosen, normalize, float(knobs.get("reward_scale", 1.0)), max_grad_norm, knobs)
+
+
+def _optimizer(algo: str, kwargs: dict, pk: dict, knobs: dict, defaults: dict, th: Any) -> None:
+    """Set optimizer_class/optimizer_kwargs so the choice really reaches the optimizer.
+
+    SB3 sets Adam's eps to 1e-5 only when no optimizer_kwargs are given; A2C replaces
+    optimizer_kwargs with its RMSprop settings (weight decay 0) unless optimizer_class is given.
+    """
+    wants = "optimizer" in knobs or "weight_decay" in knobs or "optimizer_kwargs" in pk
+    if not wants:
+        return
+    if "optimizer" in knobs:
+        name = knobs["optimizer"]
+    elif "optimizer_class" in pk:
+        name = pk["optimizer_class"].__name__.lower()
+    elif algo == "A2C" and kwargs.get("use_rms_prop", defaults.get("use_rms_prop", True)):
+        name = "rmsprop"
+    else:
+        name = "adam"
+    pk["optimizer_class"] = getattr(th.optim, OPTIMIZERS.get(name, name))
+    options = dict(pk.get("optimizer_kwargs") or {})
+    if name == "rmsprop":
+        options.setdefault("alpha", 0.99)
+        options.setdefault("eps", kwargs.get("rms_prop_eps", defaults.get("rms_prop_eps", 1e-5)))
+    else:
+        options.setdefault("eps", 1e-5)
+    options["weight_decay"] = float(knobs.get("weight_decay", options.get("weight_decay", 0.0)))
+    pk["optimizer_kwargs"] = options
+
+
+def _normalize(value: Any, algo_gamma: float) -> dict[str, Any] | None:
+    if value is None or value is False:
+        return None
+    settings = {"reward": True, "obs": True} if value is True else dict(value)
+    if not (settings.get("reward", False) or settings.get("obs", False)):
+        return None
+    gamma = settings.get("gamma")
+    return {"norm_obs": bool(settings.get("obs", False)), "norm_reward": bool(settings.get("reward", False)),
+            "clip_obs": float(settings.get("clip_obs", 10.0)), "clip_reward": float(settings.get("clip_reward", 10.0)),
+            "gamma": float(algo_gamma if gamma is None else gamma)}
+
+
+# --- environments -------------------------------------------------------------------------------
+def wrap_train_env(venv: Any, built: Built) -> Any:
+    """Reward scale, then VecNormalize (whose gamma defaults to the algorithm's)."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if built.reward_scale != 1.0:
+        from sweeps.wrappers import ScaleReward
+
+        venv = ScaleReward(venv, built.reward_scale)
+    if built.normalize:
+        venv = VecNormalize(venv, training=True, **built.normalize)
+    return venv
+
+
+def wrap_eval_env(venv: Any, built: Built, train_env: Any) -> Any:
+    """The eval env reads the training statistics and never updates them; rewards stay raw."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not built.normalize:
+        return venv
+    settings = dict(built.normalize, norm_reward=False)
+    eval_env = VecNormalize(venv, training=False, **settings)
+    eval_env.obs_rms = copy.deepcopy(train_env.obs_rms)
+    return eval_env

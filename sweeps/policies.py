@@ -1,0 +1,143 @@
+"""Actor-critic policies with the knobs stable-baselines3 lacks: log_std bounds and init gains.
+
+``log_std_bounds=(low, high)`` keeps the Gaussian log standard deviation inside [low, high]:
+
+* every read of ``policy.log_std`` returns the parameter clamped to the bounds, so every
+  distribution built from it (and SB3's ``train/std``) uses the bounded value;
+* after every optimizer step the raw parameter is projected back into the bounds.
+
+The projection is what keeps learning possible at the bounds: a clamp alone zeroes the
+gradient once the parameter has drifted outside, and it then stays there for good. With the
+projection the parameter never leaves [low, high], where the clamp's gradient is the identity
+(torch's clamp passes gradients at the bounds themselves), so an update that points back
+inside is always followed. The state dict keeps SB3's key ``log_std``; models save and load
+with the plain ``PPO.load`` / ``A2C.load`` / ``RecurrentPPO.load`` (rlsweep must be importable).
+
+``init_gains={"hidden": g, "policy": g, "value": g, "lstm": g}`` re-initialises, orthogonally,
+the hidden layers (and feature extractors), the action head, the value head, and the LSTM
+weights of recurrent policies with those gains; a gain left out keeps SB3's default
+(sqrt(2), 0.01, 1; PyTorch's own init for LSTMs).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch as th
+from torch import nn
+from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
+from sb3_contrib.common.recurrent.policies import (RecurrentActorCriticCnnPolicy, RecurrentActorCriticPolicy,
+                                                  RecurrentMultiInputActorCriticPolicy)
+
+# float32 exp() overflows above ~88.7 and underflows to 0 below ~-103.9
+FLOAT32_LOG_STD_LIMITS = (-103.0, 88.0)
+
+
+class _KnobsMixin:
+    """Adds ``log_std_bounds`` and ``init_gains`` to an SB3 actor-critic policy class."""
+
+    def __init__(self, *args: Any, log_std_bounds: tuple[float, float] | list[float] | None = None,
+                 init_gains: dict[str, float] | None = None, **kwargs: Any) -> None:
+        self.log_std_bounds = tuple(float(b) for b in log_std_bounds) if log_std_bounds is not None else None
+        self.init_gains = dict(init_gains or {})
+        super().__init__(*args, **kwargs)
+        # The optimizer exists now (recurrent policies rebuild it at the end of their __init__).
+        self._apply_init_gains()
+        if self.log_std_bounds is not None and "log_std" in self._parameters:
+            with th.no_grad():
+                self._parameters["log_std"].clamp_(*self.log_std_bounds)
+            self.optimizer.register_step_post_hook(_projector(self))
+
+    @property
+    def log_std(self) -> th.Tensor:
+        raw = self._parameters.get("log_std")
+        if raw is None:
+            raise AttributeError("log_std")
+        if self.log_std_bounds is None:
+            return raw
+        return raw.clamp(*self.log_std_bounds)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(log_std_bounds=self.log_std_bounds, init_gains=self.init_gains)
+        return data
+
+    def _apply_init_gains(self) -> None:
+        gains = self.init_gains
+        if not gains:
+            return
+        if "hidden" in gains:
+            extractors = [self.mlp_extractor, self.features_extractor]
+            if not self.share_features_extractor:
+                extractors += [self.pi_features_extractor, self.vf_features_extractor]
+            for module in extractors:
+                module.apply(lambda m: self.init_weights(m, gain=gains["hidden"]))
+            if getattr(self, "critic", None) is not None:  # recurrent policy's critic projection
+                self.critic.apply(lambda m: self.init_weights(m, gain=gains["hidden"]))
+        if "policy" in gains:
+            self.action_net.apply(lambda m: self.init_weights(m, gain=gains["policy"]))
+        if "value" in gains:
+            self.value_net.apply(lambda m: self.init_weights(m, gain=gains["value"]))
+        if "lstm" in gains:
+            for lstm in (getattr(self, "lstm_actor", None), getattr(self, "lstm_critic", None)):
+                if lstm is not None:
+                    _init_lstm(lstm, gains["lstm"])
+
+
+def _init_lstm(lstm: nn.LSTM, gain: float) -> None:
+    """Orthogonal init of each gate's block of the LSTM weight matrices; biases zero."""
+    for name, param in lstm.named_parameters():
+        if name.startswith("weight"):
+            for block in param.data.chunk(4, dim=0):
+                nn.init.orthogonal_(block, gain=gain)
+        else:
+            nn.init.zeros_(param.data)
+
+
+def _projector(policy: nn.Module):
+    ref = weakref.ref(policy)
+
+    def project(optimizer: th.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        owner = ref()
+        if owner is not None:
+            with th.no_grad():
+                owner._parameters["log_std"].clamp_(*owner.log_std_bounds)
+
+    return project
+
+
+class BoundedActorCriticPolicy(_KnobsMixin, ActorCriticPolicy):
+    pass
+
+
+class BoundedActorCriticCnnPolicy(_KnobsMixin, ActorCriticCnnPolicy):
+    pass
+
+
+class BoundedMultiInputActorCriticPolicy(_KnobsMixin, MultiInputActorCriticPolicy):
+    pass
+
+
+class BoundedRecurrentActorCriticPolicy(_KnobsMixin, RecurrentActorCriticPolicy):
+    pass
+
+
+class BoundedRecurrentActorCriticCnnPolicy(_KnobsMixin, RecurrentActorCriticCnnPolicy):
+    pass
+
+
+class BoundedRecurrentMultiInputActorCriticPolicy(_KnobsMixin, RecurrentMultiInputActorCriticPolicy):
+    pass
+
+
+# SB3 policy alias -> the class with knobs
+BY_ALIAS = {
+    "MlpPolicy": BoundedActorCriticPolicy,
+    "CnnPolicy": BoundedActorCriticCnnPolicy,
+    "MultiInputPolicy": BoundedMultiInputActorCriticPolicy,
+    "MlpLstmPolicy": BoundedRecurrentActorCriticPolicy,
+    "CnnLstmPolicy": BoundedRecurrentActorCriticCnnPolicy,
+    "MultiInputLstmPolicy": BoundedRecurrentMultiInputActorCriticPolicy,
+}
+
+__all__ = ["BY_ALIAS", "FLOAT32_LOG_STD_LIMITS"] + [c.__name__ for c in BY_ALIAS.values()]
