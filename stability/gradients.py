@@ -19,7 +19,7 @@ from typing import Any
 
 import torch as th
 
-_ACTOR = ("action_net", "mlp_extractor.policy_net", "lstm_actor", "pi_features_extractor")
+_ACTOR = ("action_net", "mlp_extractor.policy_net", "lstm_actor", "pi_features_extractor", "actor.")
 _CRITIC = ("value_net", "mlp_extractor.value_net", "lstm_critic", "critic.", "vf_features_extractor")
 ROLES = ("actor", "critic", "log_std", "shared")
 
@@ -37,7 +37,7 @@ def role_of(name: str) -> str:
 class GradNormMonitor:
     """Records the pre-clip gradient norm of every optimizer step of ``policy.optimizer``."""
 
-    def __init__(self, policy: th.nn.Module, optimizer: th.optim.Optimizer | None = None,
+    def __init__(self, policy: th.nn.Module, optimizers: list[th.optim.Optimizer] | None = None,
                  max_grad_norm: float | None = None) -> None:
         self.max_grad_norm = max_grad_norm
         self._squares: dict[int, th.Tensor] = {}
@@ -48,8 +48,11 @@ class GradNormMonitor:
             if param.requires_grad:
                 self._role[id(param)] = role_of(name)
                 self._handles.append(param.register_post_accumulate_grad_hook(self._seen))
-        optimizer = optimizer if optimizer is not None else policy.optimizer
-        self._handles.append(optimizer.register_step_pre_hook(self._close))
+        if optimizers is None:  # on-policy SB3: one optimizer; off-policy: the actor's and the critic's
+            single = getattr(policy, "optimizer", None)
+            optimizers = [single] if single is not None else [m.optimizer for m in (policy.actor, policy.critic)]
+        for optimizer in optimizers:
+            self._handles.append(optimizer.register_step_pre_hook(self._close))
 
     def _seen(self, param: th.Tensor) -> None:
         if param.grad is not None:
@@ -58,9 +61,10 @@ class GradNormMonitor:
     def _close(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self._squares:
             return
-        by_role = dict.fromkeys(ROLES, 0.0)
+        by_role: dict[str, float] = {}
         for key, square in self._squares.items():
-            by_role[self._role[key]] += float(square)
+            role = self._role[key]
+            by_role[role] = by_role.get(role, 0.0) + float(square)
         self._squares.clear()
         record = {role: math.sqrt(value) for role, value in by_role.items()}
         record["total"] = math.sqrt(sum(by_role.values()))
@@ -73,8 +77,10 @@ class GradNormMonitor:
             return {}
         totals = [s["total"] for s in steps]
         out = {"train/grad_norm": sum(totals) / len(totals), "train/grad_norm_max": max(totals)}
-        for role in ROLES:
-            out[f"train/grad_norm_{role}"] = sum(s[role] for s in steps) / len(steps)
+        for role in ROLES:  # averaged over the steps that touched the role (off-policy steps touch one)
+            values = [s[role] for s in steps if role in s]
+            if values:
+                out[f"train/grad_norm_{role}"] = sum(values) / len(values)
         if self.max_grad_norm is not None and math.isfinite(self.max_grad_norm):
             out["train/grad_clipped_fraction"] = sum(t > self.max_grad_norm for t in totals) / len(totals)
         return out

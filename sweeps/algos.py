@@ -36,6 +36,7 @@ class AlgoInfo:
     class_name: str
     package: str  # the pip distribution that provides it, for error messages
     source: str = ""  # file defining the class, relative to the top-level package (read, not imported)
+    on_policy: bool = True
 
 
 _REGISTRY: dict[str, AlgoInfo] = {}
@@ -48,6 +49,10 @@ def register(info: AlgoInfo) -> None:
 register(AlgoInfo("PPO", "stable_baselines3", "PPO", "stable-baselines3", "ppo/ppo.py"))
 register(AlgoInfo("A2C", "stable_baselines3", "A2C", "stable-baselines3", "a2c/a2c.py"))
 register(AlgoInfo("RecurrentPPO", "sb3_contrib", "RecurrentPPO", "sb3-contrib", "ppo_recurrent/ppo_recurrent.py"))
+register(AlgoInfo("TRPO", "sb3_contrib", "TRPO", "sb3-contrib", "trpo/trpo.py"))
+register(AlgoInfo("SAC", "stable_baselines3", "SAC", "stable-baselines3", "sac/sac.py", on_policy=False))
+register(AlgoInfo("TD3", "stable_baselines3", "TD3", "stable-baselines3", "td3/td3.py", on_policy=False))
+register(AlgoInfo("TQC", "sb3_contrib", "TQC", "sb3-contrib", "tqc/tqc.py", on_policy=False))
 
 
 def names() -> list[str]:

@@ -34,9 +34,18 @@ NORMALIZE_KEYS = ("reward", "obs", "clip_reward", "clip_obs", "gamma")
 LOG_STD_LIMITS = (-103.0, 88.0)  # float32 exp() underflows to 0 / overflows to inf beyond these
 
 # Which knobs each algorithm supports; a knob outside its algorithm's set is a validation error.
+# TRPO steps its policy by a natural-gradient line search (no clipping; its optimizer fits the
+# critic only). SAC/TQC bound their state-dependent log std with their own clamp, which
+# log_std_bounds sets; TD3's policy is deterministic. Off-policy policies have no orthogonal init.
 _ON_POLICY = frozenset(KNOBS)
-APPLIES: dict[str, frozenset[str]] = {"PPO": _ON_POLICY, "A2C": _ON_POLICY, "RecurrentPPO": _ON_POLICY}
+_OFF_POLICY = frozenset({"learning_rate", "optimizer", "weight_decay", "normalize", "reward_scale"})
+APPLIES: dict[str, frozenset[str]] = {
+    "PPO": _ON_POLICY, "A2C": _ON_POLICY, "RecurrentPPO": _ON_POLICY,
+    "TRPO": _ON_POLICY - {"max_grad_norm"},
+    "SAC": _OFF_POLICY | {"log_std_bounds"}, "TQC": _OFF_POLICY | {"log_std_bounds"}, "TD3": _OFF_POLICY,
+}
 _GAINS_FOR = {"RecurrentPPO": GAINS}  # others: hidden, policy, value
+_OFF_POLICY_ALGOS = ("SAC", "TD3", "TQC")
 
 
 # --- schedules (module-level classes so saved models unpickle) ----------------------------------
@@ -214,7 +223,12 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
     _optimizer(algo_class.__name__, kwargs, pk, knobs, defaults, th)
 
     chosen: Any = policy
-    if "log_std_bounds" in knobs or "init_gains" in knobs:
+    if "log_std_bounds" in knobs and algo_class.__name__ in ("SAC", "TQC"):
+        from sweeps import policies
+
+        chosen = policies.bounded_squashed_policy(algo_class.__name__, policy)
+        pk["log_std_bounds"] = [float(b) for b in knobs["log_std_bounds"]]
+    elif "log_std_bounds" in knobs or "init_gains" in knobs:
         from sweeps.policies import BY_ALIAS
 
         chosen = BY_ALIAS[policy]
@@ -251,7 +265,7 @@ def _optimizer(algo: str, kwargs: dict, pk: dict, knobs: dict, defaults: dict, t
     if name == "rmsprop":
         options.setdefault("alpha", 0.99)
         options.setdefault("eps", kwargs.get("rms_prop_eps", defaults.get("rms_prop_eps", 1e-5)))
-    else:
+    elif algo not in _OFF_POLICY_ALGOS:  # on-policy SB3 uses eps=1e-5; off-policy keeps torch's default
         options.setdefault("eps", 1e-5)
     options["weight_decay"] = float(knobs.get("weight_decay", options.get("weight_decay", 0.0)))
     pk["optimizer_kwargs"] = options

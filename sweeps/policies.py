@@ -130,6 +130,67 @@ class BoundedRecurrentMultiInputActorCriticPolicy(_KnobsMixin, RecurrentMultiInp
     pass
 
 
+def _bounded_actor(actor_base: type) -> type:
+    class BoundedActor(actor_base):
+        """A squashed-Gaussian actor whose log-std clamp uses ``log_std_bounds`` instead of [-20, 2]."""
+
+        def __init__(self, *args: Any, log_std_bounds: tuple[float, float] = (-20.0, 2.0), **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.log_std_bounds = tuple(float(b) for b in log_std_bounds)
+
+        def get_action_dist_params(self, obs: Any) -> tuple[th.Tensor, th.Tensor, dict[str, th.Tensor]]:
+            latent_pi = self.latent_pi(self.extract_features(obs, self.features_extractor))
+            mean_actions = self.mu(latent_pi)
+            if self.use_sde:
+                return mean_actions, self.log_std, dict(latent_sde=latent_pi)
+            return mean_actions, self.log_std(latent_pi).clamp(*self.log_std_bounds), {}
+
+    return BoundedActor
+
+
+def _bounded_squashed(policy_base: type, actor_base: type) -> type:
+    actor_class = _bounded_actor(actor_base)
+
+    class BoundedSquashedPolicy(policy_base):
+        """SAC/TQC policy passing ``log_std_bounds`` to its actor's clamp."""
+
+        def __init__(self, *args: Any, log_std_bounds: tuple[float, float] | list[float] = (-20.0, 2.0),
+                     **kwargs: Any) -> None:
+            self.log_std_bounds = tuple(float(b) for b in log_std_bounds)
+            super().__init__(*args, **kwargs)
+
+        def make_actor(self, features_extractor: Any = None) -> Any:
+            actor_kwargs = self._update_features_extractor(self.actor_kwargs, features_extractor)
+            return actor_class(**actor_kwargs, log_std_bounds=self.log_std_bounds).to(self.device)
+
+        def _get_constructor_parameters(self) -> dict[str, Any]:
+            return super()._get_constructor_parameters() | {"log_std_bounds": self.log_std_bounds}
+
+    return BoundedSquashedPolicy
+
+
+from stable_baselines3.sac import policies as _sac  # noqa: E402
+from sb3_contrib.tqc import policies as _tqc  # noqa: E402
+
+BoundedSACPolicy = _bounded_squashed(_sac.SACPolicy, _sac.Actor)
+BoundedSACPolicy.__name__ = BoundedSACPolicy.__qualname__ = "BoundedSACPolicy"
+BoundedSACMultiInputPolicy = _bounded_squashed(_sac.MultiInputPolicy, _sac.Actor)
+BoundedSACMultiInputPolicy.__name__ = BoundedSACMultiInputPolicy.__qualname__ = "BoundedSACMultiInputPolicy"
+BoundedTQCPolicy = _bounded_squashed(_tqc.TQCPolicy, _tqc.Actor)
+BoundedTQCPolicy.__name__ = BoundedTQCPolicy.__qualname__ = "BoundedTQCPolicy"
+BoundedTQCMultiInputPolicy = _bounded_squashed(_tqc.MultiInputPolicy, _tqc.Actor)
+BoundedTQCMultiInputPolicy.__name__ = BoundedTQCMultiInputPolicy.__qualname__ = "BoundedTQCMultiInputPolicy"
+_SQUASHED = {("SAC", "MlpPolicy"): BoundedSACPolicy, ("SAC", "MultiInputPolicy"): BoundedSACMultiInputPolicy,
+             ("TQC", "MlpPolicy"): BoundedTQCPolicy, ("TQC", "MultiInputPolicy"): BoundedTQCMultiInputPolicy}
+
+
+def bounded_squashed_policy(algo: str, alias: str) -> type:
+    try:
+        return _SQUASHED[(algo, alias)]
+    except KeyError:
+        raise ValueError(f"log_std_bounds for {algo} supports MlpPolicy and MultiInputPolicy, not {alias}") from None
+
+
 # SB3 policy alias -> the class with knobs
 BY_ALIAS = {
     "MlpPolicy": BoundedActorCriticPolicy,
@@ -140,4 +201,4 @@ BY_ALIAS = {
     "MultiInputLstmPolicy": BoundedRecurrentMultiInputActorCriticPolicy,
 }
 
-__all__ = ["BY_ALIAS", "FLOAT32_LOG_STD_LIMITS"] + [c.__name__ for c in BY_ALIAS.values()]
+__all__ = ["BY_ALIAS", "FLOAT32_LOG_STD_LIMITS", "bounded_squashed_policy"] + [c.__name__ for c in BY_ALIAS.values()]

@@ -65,7 +65,7 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     built = knobs.build(algo_class, config.policy, config.hyperparams)
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
     model = algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0, **built.algo_kwargs)
-    model.set_logger(_logger_to(reporter))
+    model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy))
     grad_norms = GradNormMonitor(model.policy, max_grad_norm=built.max_grad_norm)
 
     started = time.perf_counter()
@@ -103,12 +103,13 @@ def evaluate(model: Any, config: TrialConfig, wrap: Any = None) -> list[float]:
     return list(returns)
 
 
-def _logger_to(reporter: Reporter) -> Any:
+def _logger_to(reporter: Reporter, train_lags: bool = True) -> Any:
     from stable_baselines3.common.logger import KVWriter, Logger
 
     class ReporterWriter(KVWriter):
-        """Receives every SB3 dump. ``train/*`` values in a dump belong to the update that ran right
-        after the previous dump (SB3 dumps before ``train()``), so they get that dump's step."""
+        """Receives every SB3 dump. On-policy, ``train/*`` values in a dump belong to the update that
+        ran right after the previous dump (SB3 dumps before ``train()``), so they get that dump's
+        step. Off-policy, the latest ``train()`` ran just before the dump: they get its own step."""
 
         def __init__(self) -> None:
             self.previous_step = 0
@@ -123,7 +124,7 @@ def _logger_to(reporter: Reporter) -> Any:
                 if number is not None:
                     (update if key.startswith("train/") else now)[key] = number
             if update:
-                reporter.metrics(self.previous_step, update)
+                reporter.metrics(self.previous_step if train_lags else step, update)
             if now:
                 reporter.metrics(step, now)
             self.previous_step = step

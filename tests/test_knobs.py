@@ -31,7 +31,7 @@ def _model(algo: str, hyperparams: dict, env_id: str = "Pendulum-v1", policy: st
 
 
 def _extend(algo: str, **extra) -> dict:
-    base = dict(PPO_TINY if algo != "A2C" else TINY)
+    base = dict(TINY if algo == "A2C" else {**TINY, "batch_size": 64} if algo == "TRPO" else PPO_TINY)
     if algo == "RecurrentPPO":
         base["policy_kwargs"] = {"net_arch": [8], "lstm_hidden_size": 8}
     return {**base, **extra}
@@ -162,7 +162,7 @@ def test_pre_clip_gradient_norm_is_logged() -> None:
     for row in norms:
         assert row["train/grad_norm"] > 1e-3  # the norm before clipping, not the clipped 1e-3
         assert row["train/grad_clipped_fraction"] == 1.0
-        parts = [row[f"train/grad_norm_{r}"] for r in ("actor", "critic", "log_std", "shared")]
+        parts = [row.get(f"train/grad_norm_{r}", 0.0) for r in ("actor", "critic", "log_std", "shared")]
         assert row["train/grad_norm_critic"] > 0 and row["train/grad_norm_actor"] > 0
         assert row["train/grad_norm"] <= math.sqrt(sum(p * p for p in parts)) * 1.5
 
@@ -316,3 +316,75 @@ def knobs_flat(hyperparams: dict) -> list[str]:
 
 def test_gym_env_builds() -> None:
     assert gym.make("Pendulum-v1").action_space.shape == (1,)
+
+
+# --- the other algorithms -------------------------------------------------------------------------------
+OFF_TINY = {"learning_starts": 50, "buffer_size": 500, "batch_size": 32, "policy_kwargs": {"net_arch": [8]}}
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TQC"])
+def test_squashed_gaussian_log_std_bounds_replace_the_builtin_clamp(algo: str, tmp_path: Path) -> None:
+    model, _ = _model(algo, {**OFF_TINY, "log_std_bounds": [-3.0, -1.0]})
+    actor = model.policy.actor
+    with th.no_grad():
+        actor.log_std.weight.mul_(1000.0)
+        actor.log_std.bias.fill_(50.0)
+    obs = th.as_tensor(model.env.reset(), dtype=th.float32)
+    _, log_std, _ = actor.get_action_dist_params(obs)
+    assert th.all(log_std <= -1.0) and th.all(log_std >= -3.0)
+    model.learn(64)
+    model.save(tmp_path / "m.zip")
+    module = "sb3_contrib" if algo == "TQC" else "stable_baselines3"
+    code = (f"from {module} import {algo}; m = {algo}.load({str(tmp_path / 'm.zip')!r}, device='cpu'); "
+            f"print(type(m.policy).__name__, list(m.policy.actor.log_std_bounds))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [f"Bounded{algo}Policy", "[-3.0,", "-1.0]"]
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC"])
+def test_weight_decay_reaches_actor_and_critic_optimizers(algo: str) -> None:
+    model, _ = _model(algo, {**OFF_TINY, "optimizer": "adamw", "weight_decay": 0.03})
+    for optimizer in (model.policy.actor.optimizer, model.policy.critic.optimizer):
+        assert type(optimizer) is th.optim.AdamW
+        assert all(g["weight_decay"] == 0.03 and g["eps"] == 1e-8 for g in optimizer.param_groups)
+
+
+def test_trpo_takes_bounds_and_gains() -> None:
+    model, _ = _model("TRPO", _extend("TRPO", log_std_bounds=[-2.0, 0.0], init_gains={"value": 3.0}))
+    assert type(model.policy).__name__ == "BoundedActorCriticPolicy"
+    assert th.allclose(th.linalg.svdvals(model.policy.value_net.weight.detach()), th.tensor(3.0), atol=1e-5)
+    model.learn(128)
+    assert th.all(model.policy.log_std <= 0.0) and th.all(model.policy.log_std >= -2.0)
+
+
+@pytest.mark.parametrize("algo,knob,value", [("TRPO", "max_grad_norm", 0.5), ("TD3", "log_std_bounds", [-5, 2]),
+                                             ("SAC", "init_gains", {"policy": 1.0}), ("SAC", "max_grad_norm", 1.0)])
+def test_knob_that_does_not_apply_names_both(algo: str, knob: str, value) -> None:
+    data = tiny_spec(algo=algo, env={"id": "Pendulum-v1"}, hyperparams={knob: value}, space={})
+    with pytest.raises(SpecError) as info:
+        from_dict(data)
+    assert f"the knob '{knob}' does not apply to {algo}" in info.value.render()
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC", "TRPO"])
+def test_every_algorithm_runs_a_trial_with_curves(algo: str) -> None:
+    from sweeps.trial import TrialConfig, run
+
+    hyperparams = dict(OFF_TINY) if algo != "TRPO" else _extend("TRPO")
+    hyperparams.update(normalize={"obs": True, "reward": True}, reward_scale=0.5, weight_decay=1e-4)
+    if algo in ("SAC", "TQC"):
+        hyperparams["log_std_bounds"] = [-5.0, 1.0]
+    points: list[tuple[int, dict]] = []
+
+    class Collect:
+        def metrics(self, step, values):
+            points.append((step, values))
+
+    config = TrialConfig("t", 0, 0, algo, "MlpPolicy", {"id": "Pendulum-v1", "n_envs": 1}, hyperparams,
+                         total_timesteps=400, eval_episodes=1)
+    result = run(config, Collect())
+    assert math.isfinite(result.mean_return) and result.timesteps >= 400
+    keys = {k for _, values in points for k in values}
+    assert any(k.startswith("train/") for k in keys) and "train/grad_norm" in keys, keys
