@@ -1,9 +1,7 @@
 """Pre-clip gradient norms, which stable-baselines3 computes and throws away.
 
-``GradNormMonitor(policy)`` hooks every parameter: after each backward pass it keeps the
-squared norm of each parameter's gradient, and when the optimizer steps (after SB3 has
-clipped) it closes one record from the values seen *before* clipping. Norms are split by
-role, from SB3's parameter names:
+``GradNormMonitor(policy)`` records, for each optimizer step, the gradient norm *before*
+clipping, split by role from SB3's parameter names:
 
 * ``actor``: action head, policy MLP, actor LSTM, actor feature extractor
 * ``critic``: value head, value MLP, critic LSTM / projection, critic feature extractor
@@ -35,37 +33,62 @@ def role_of(name: str) -> str:
 
 
 class GradNormMonitor:
-    """Records the pre-clip gradient norm of every optimizer step of ``policy.optimizer``."""
+    """Records the pre-clip gradient norm of every optimizer step, split by role.
+
+    SB3 clips with ``th.nn.utils.clip_grad_norm_`` and throws the norm away. While installed,
+    the monitor stands in for that function: it takes the per-parameter norms in one fused call,
+    keeps them, and clips with them. An optimizer step with no clipping before it (off-policy algorithms, TRPO's
+    critic, ``max_grad_norm: off`` still clips with inf) reads the unclipped gradients at the
+    step itself. No per-parameter hooks: the cost stays a fraction of a percent of training.
+    """
 
     def __init__(self, policy: th.nn.Module, optimizers: list[th.optim.Optimizer] | None = None,
                  max_grad_norm: float | None = None) -> None:
         self.max_grad_norm = max_grad_norm
-        self._squares: dict[int, th.Tensor] = {}
-        self._role: dict[int, str] = {}
-        self._handles: list[Any] = []
+        self._role = {id(p): role_of(name) for name, p in policy.named_parameters()}
+        self._pending: dict[str, float] | None = None
         self.steps: list[dict[str, float]] = []
-        for name, param in policy.named_parameters():
-            if param.requires_grad:
-                self._role[id(param)] = role_of(name)
-                self._handles.append(param.register_post_accumulate_grad_hook(self._seen))
         if optimizers is None:  # on-policy SB3: one optimizer; off-policy: the actor's and the critic's
             single = getattr(policy, "optimizer", None)
             optimizers = [single] if single is not None else [m.optimizer for m in (policy.actor, policy.critic)]
-        for optimizer in optimizers:
-            self._handles.append(optimizer.register_step_pre_hook(self._close))
+        self._handles = [o.register_step_pre_hook(self._close) for o in optimizers]
+        self._original = th.nn.utils.clip_grad_norm_
+        th.nn.utils.clip_grad_norm_ = self._clip
 
-    def _seen(self, param: th.Tensor) -> None:
-        if param.grad is not None:
-            self._squares[id(param)] = param.grad.detach().pow(2).sum()
+    def _clip(self, parameters: Any, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+              foreach: bool | None = None) -> th.Tensor:
+        """``clip_grad_norm_`` that keeps the norms it computes (same arithmetic as torch's for the
+        L2 norm SB3 uses: one norm pass instead of two, so recording costs next to nothing)."""
+        params = [parameters] if isinstance(parameters, th.Tensor) else list(parameters)
+        grads = [p.grad for p in params if p.grad is not None]
+        if norm_type != 2.0 or error_if_nonfinite or not grads:
+            self._pending = self._norms(params)
+            return self._original(params, max_norm, norm_type, error_if_nonfinite, foreach)
+        norms = th.stack(th._foreach_norm(grads))
+        self._pending = self._split([p for p in params if p.grad is not None], norms.tolist())
+        total = th.linalg.vector_norm(norms)
+        th._foreach_mul_(grads, th.clamp(max_norm / (total + 1e-6), max=1.0))
+        return total
+
+    def _norms(self, params: list[th.Tensor]) -> dict[str, float]:
+        present = [p for p in params if p.grad is not None]
+        if not present:
+            return {}
+        return self._split(present, th.stack(th._foreach_norm([p.grad.detach() for p in present])).tolist())
+
+    def _split(self, params: list[th.Tensor], norms: list[float]) -> dict[str, float]:
+        by_role: dict[str, float] = {}
+        for p, norm in zip(params, norms):
+            role = self._role.get(id(p), "shared")
+            by_role[role] = by_role.get(role, 0.0) + norm * norm
+        return by_role
 
     def _close(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self._squares:
+        by_role, self._pending = self._pending, None
+        if by_role is None:  # nothing clipped before this step: its gradients are the raw ones
+            by_role = self._norms([p for group in optimizer.param_groups for p in group["params"]])
+        if not by_role:
             return
-        by_role: dict[str, float] = {}
-        for key, square in self._squares.items():
-            role = self._role[key]
-            by_role[role] = by_role.get(role, 0.0) + float(square)
-        self._squares.clear()
         record = {role: math.sqrt(value) for role, value in by_role.items()}
         record["total"] = math.sqrt(sum(by_role.values()))
         self.steps.append(record)
@@ -89,6 +112,8 @@ class GradNormMonitor:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if th.nn.utils.clip_grad_norm_ is self._clip:
+            th.nn.utils.clip_grad_norm_ = self._original
 
 
 def grad_norm_callback(monitor: GradNormMonitor) -> Any:
