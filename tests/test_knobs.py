@@ -388,3 +388,25 @@ def test_every_algorithm_runs_a_trial_with_curves(algo: str) -> None:
     assert math.isfinite(result.mean_return) and result.timesteps >= 400
     keys = {k for _, values in points for k in values}
     assert any(k.startswith("train/") for k in keys) and "train/grad_norm" in keys, keys
+
+
+def test_dict_observations_and_multidiscrete_actions_through_a_trial() -> None:
+    """RecurrentPPO on the shipped temperature-control env, with VecNormalize on its Dict observation."""
+    from sweeps.trial import TrialConfig, run
+
+    points: list[tuple[int, dict]] = []
+
+    class Collect:
+        def metrics(self, step, values):
+            points.append((step, values))
+
+    env = {"id": "sweeps.temp_control:make_temp_control", "kwargs": {"phase": "pretrain"}, "n_envs": 2}
+    hyperparams = {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "normalize": {"obs": True, "reward": True},
+                   "weight_decay": 0.1, "init_gains": {"lstm": 1.0, "value": 1.0},
+                   "policy_kwargs": {"lstm_hidden_size": 8, "net_arch": [8]}}
+    config = TrialConfig("t", 0, 0, "RecurrentPPO", "MultiInputLstmPolicy", env, hyperparams, total_timesteps=128,
+                         eval_episodes=2)
+    result = run(config, Collect())
+    assert len(result.episode_returns) == 2 and result.timesteps == 128
+    steps = sorted({s for s, v in points if "train/value_loss" in v})
+    assert steps == [64, 128]
