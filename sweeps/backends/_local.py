@@ -29,7 +29,19 @@ class _QueueReporter:
         self.results.put(("metrics", self.key, (int(step), values)))
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this worker when the driver dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...]) -> None:
+    _die_with_parent()
+    driver = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for var in _THREAD_VARS:
         os.environ[var] = "1"
@@ -38,7 +50,12 @@ def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, .
     for module in warm_imports:  # paid now, while the driver prepares its stores
         importlib.import_module(module)
     while True:
-        config = tasks.get()
+        try:
+            config = tasks.get(timeout=5)
+        except queue.Empty:
+            if os.getppid() != driver:  # the driver is gone (where the kernel could not tell us)
+                return
+            continue
         if config is None:
             return
         results.put(("started", config.key, {"worker": name, "pid": os.getpid()}))
