@@ -86,7 +86,8 @@ class Driver:
     def run(self) -> Progress:
         p = self.progress
         p.requeued = st.requeue_interrupted(self.study)
-        self._mlflow.append(self.tracker.kill_running)
+        outcomes = st.outcomes(self.study)
+        self._mlflow.append(lambda: self.tracker.reconcile(outcomes))
         previous = st.counted(self.study)
         p.resumed = p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)

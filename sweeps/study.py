@@ -84,3 +84,14 @@ def counted(study: Any) -> list[Any]:
 
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     return [t for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get(OUTCOME) != "interrupted"]
+
+
+def outcomes(study: Any) -> dict[int, dict[str, Any]]:
+    """Per finished trial what MLflow must agree with: outcome, objective, per-seed returns, error."""
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state.is_finished():
+            out[t.number] = {"outcome": t.user_attrs.get(OUTCOME, t.state.name.lower()), "value": t.value,
+                             "returns": t.user_attrs.get("rlsweep.returns", {}),
+                             "error": t.user_attrs.get("rlsweep.error", "")}
+    return out

@@ -79,13 +79,40 @@ class MlflowTracker:
             self.client.log_text(run_id, text, name)
         self.client.set_terminated(run_id, status=status)
 
-    def kill_running(self) -> int:
-        """Close runs left RUNNING by a driver that died; returns how many."""
+    def reconcile(self, outcomes: dict[int, dict[str, Any]]) -> int:
+        """Close runs left RUNNING by a driver that died, as the Optuna study (the record of truth) says.
+
+        ``outcomes``: trial number -> {"outcome", "value", "returns" {seed: return}, "error"}. A trial
+        the study finished gets its runs FINISHED/FAILED with its results; any other is KILLED (its
+        config is rerun as a new trial). Returns how many runs were closed.
+        """
+        from mlflow.entities import Metric, RunTag
+
         runs = self.client.search_runs([self.experiment_id], filter_string="attributes.status = 'RUNNING'",
                                        max_results=5000)
+        now = int(time.time() * 1000)
         for run in runs:
-            self.client.set_tag(run.info.run_id, "rlsweep.outcome", "interrupted")
-            self.client.set_terminated(run.info.run_id, status="KILLED")
+            tags = run.data.tags
+            known = outcomes.get(int(tags.get(TAG_TRIAL, -1)), {})
+            outcome, seed = known.get("outcome", "interrupted"), tags.get(TAG_SEED)
+            metrics: list[Metric] = []
+            if outcome in ("complete", "crashed") and seed is not None:
+                value = known.get("returns", {}).get(seed)
+                if value is not None:
+                    metrics.append(Metric("eval/mean_return", float(value), now, 0))
+                    outcome, status = "complete", "FINISHED"
+                else:
+                    status = "FAILED" if outcome == "crashed" else "FINISHED"
+            elif outcome == "complete":
+                metrics.append(Metric("objective", float(known["value"]), now, 0))
+                status = "FINISHED"
+            else:
+                status = "FAILED" if outcome == "crashed" else "KILLED"
+            run_tags = [RunTag("rlsweep.outcome", outcome)]
+            if outcome == "crashed" and known.get("error"):
+                run_tags.append(RunTag("rlsweep.error", known["error"][:5000]))
+            self.client.log_batch(run.info.run_id, metrics=metrics, tags=run_tags)
+            self.client.set_terminated(run.info.run_id, status=status)
         return len(runs)
 
     # --- metrics --------------------------------------------------------------------------
