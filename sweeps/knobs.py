@@ -4,7 +4,8 @@ Knobs are hyperparameter names a spec may set under ``hyperparams`` or sweep und
 (nested keys as ``init_gains.policy``), alongside the algorithm's own constructor arguments:
 
 ==================  ==========================================================================
-learning_rate       a rate, ``"lin_3e-4"``, or ``{schedule: linear|constant, initial, final}``
+learning_rate       a rate, ``"lin_3e-4"``, or ``{schedule: linear|constant, initial, final, critic}``
+                    (``critic``: the critic's own initial rate, for SAC/TD3/TQC)
 log_std_bounds      ``[low, high]``: the Gaussian log std stays inside (see sweeps.policies)
 max_grad_norm       a positive norm, or ``off`` / ``null`` for no clipping
 optimizer           ``adam`` | ``adamw`` | ``rmsprop`` (with SB3's eps=1e-5 kept)
@@ -60,13 +61,16 @@ class LinearSchedule:
         return self.final + progress_remaining * (self.initial - self.final)
 
 
-def learning_rate(value: Any) -> float | Callable[[float], float]:
+def learning_rate(value: Any, critic: bool = False) -> float | Callable[[float], float]:
+    """The rate or schedule SB3 takes; with ``critic=True``, the critic's (same shape, scaled)."""
     if isinstance(value, str):
         return LinearSchedule(float(value[len("lin_"):]))
     if isinstance(value, Mapping):
+        initial = float(value["initial"])
+        scale = float(value["critic"]) / initial if critic else 1.0
         if value.get("schedule", "constant") == "linear":
-            return LinearSchedule(float(value["initial"]), float(value.get("final", 0.0)))
-        return float(value["initial"])
+            return LinearSchedule(initial * scale, float(value.get("final", 0.0)) * scale)
+        return initial * scale
     return float(value)
 
 
@@ -136,6 +140,7 @@ _LEAVES: dict[str, Callable[[Any], str | None]] = {
     "learning_rate.schedule": _choice(SCHEDULES),
     "learning_rate.initial": _positive,
     "learning_rate.final": _non_negative,
+    "learning_rate.critic": _positive,
     "log_std_bounds": _bounds,
     "max_grad_norm": _grad_norm,
     "optimizer": _choice(tuple(OPTIMIZERS)),
@@ -164,6 +169,9 @@ def check(algo: str, where: str, name: str, candidates: list[Any]) -> list[Issue
         usable = sorted(a for a, knobs in APPLIES.items() if top in knobs)
         return [Issue(f"{where}.{top}", f"the knob '{top}' does not apply to {algo} (it applies to "
                                         f"{', '.join(usable) or 'no registered algorithm'})")]
+    if name == "learning_rate.critic" and algo not in _OFF_POLICY_ALGOS:
+        return [Issue(f"{where}.{name}", f"a separate critic rate needs a separate critic optimizer, which "
+                                         f"{algo} does not have (SAC, TD3 and TQC do)")]
     if top == "init_gains" and name != top:
         allowed = _GAINS_FOR.get(algo, GAINS[:3])
         leaf = name.split(".", 1)[1]
@@ -191,6 +199,7 @@ class Built:
 
     algo_kwargs: dict[str, Any]
     policy: Any  # an SB3 alias, or a policy class from sweeps.policies
+    algo_class: type  # the algorithm, or a subclass of it from sweeps.algo_variants
     normalize: dict[str, Any] | None = None  # VecNormalize kwargs
     reward_scale: float = 1.0
     max_grad_norm: float | None = None
@@ -211,8 +220,14 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
     pk = dict(kwargs.pop("policy_kwargs", {}) or {})
     defaults = {k: p.default for k, p in inspect.signature(algo_class.__init__).parameters.items()}
 
+    chosen_class = algo_class
     if "learning_rate" in knobs:
         kwargs["learning_rate"] = learning_rate(knobs["learning_rate"])
+        if isinstance(knobs["learning_rate"], Mapping) and "critic" in knobs["learning_rate"]:
+            from sweeps.algo_variants import with_critic_rate
+
+            chosen_class = with_critic_rate(algo_class)
+            kwargs["critic_learning_rate"] = learning_rate(knobs["learning_rate"], critic=True)
     max_grad_norm = knobs.get("max_grad_norm", defaults.get("max_grad_norm"))
     if "max_grad_norm" in knobs:
         max_grad_norm = math.inf if knobs["max_grad_norm"] in (None, "off") else float(knobs["max_grad_norm"])
@@ -240,7 +255,8 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
         kwargs["policy_kwargs"] = pk
 
     normalize = _normalize(knobs.get("normalize"), kwargs.get("gamma", defaults.get("gamma", 0.99)))
-    return Built(kwargs, chosen, normalize, float(knobs.get("reward_scale", 1.0)), max_grad_norm, knobs)
+    return Built(kwargs, chosen, chosen_class, normalize, float(knobs.get("reward_scale", 1.0)), max_grad_norm,
+                 knobs)
 
 
 def _optimizer(algo: str, kwargs: dict, pk: dict, knobs: dict, defaults: dict, th: Any) -> None:

@@ -64,7 +64,8 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     algo_class = algos.load_class(config.algo)
     built = knobs.build(algo_class, config.policy, config.hyperparams)
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
-    model = algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0, **built.algo_kwargs)
+    model = built.algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0,
+                             **built.algo_kwargs)
     model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy))
     grad_norms = GradNormMonitor(model.policy, max_grad_norm=built.max_grad_norm)
 

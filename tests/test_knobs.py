@@ -27,7 +27,7 @@ def _model(algo: str, hyperparams: dict, env_id: str = "Pendulum-v1", policy: st
     from stable_baselines3.common.env_util import make_vec_env
 
     env = knobs.wrap_train_env(make_vec_env(env_id, n_envs=1, seed=0), built)
-    return cls(built.policy, env, seed=0, device="cpu", **built.algo_kwargs), built
+    return built.algo_class(built.policy, env, seed=0, device="cpu", **built.algo_kwargs), built
 
 
 def _extend(algo: str, **extra) -> dict:
@@ -410,3 +410,23 @@ def test_dict_observations_and_multidiscrete_actions_through_a_trial() -> None:
     assert len(result.episode_returns) == 2 and result.timesteps == 128
     steps = sorted({s for s, v in points if "train/value_loss" in v})
     assert steps == [64, 128]
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC"])
+def test_critic_learning_rate_reaches_the_critic_optimizer_only(algo: str) -> None:
+    lr = {"schedule": "linear", "initial": 1e-3, "final": 0.0, "critic": 4e-3}
+    model, _ = _model(algo, {**OFF_TINY, "learning_rate": lr})
+    assert model.policy.critic.optimizer.param_groups[0]["lr"] == pytest.approx(4e-3)
+    model.learn(150)
+    progress = model._current_progress_remaining
+    actor_lr = model.policy.actor.optimizer.param_groups[0]["lr"]
+    critic_lr = model.policy.critic.optimizer.param_groups[0]["lr"]
+    assert actor_lr == pytest.approx(1e-3 * progress, rel=0.05) and actor_lr < 1e-3
+    assert critic_lr == pytest.approx(4 * actor_lr)
+
+
+def test_critic_rate_refused_where_there_is_no_critic_optimizer() -> None:
+    data = tiny_spec(env={"id": "Pendulum-v1"}, space={},
+                     hyperparams={"n_steps": 64, "batch_size": 64, "learning_rate": {"initial": 1e-3, "critic": 1e-2}})
+    with pytest.raises(SpecError, match="learning_rate.critic: a separate critic rate needs"):
+        from_dict(data)
