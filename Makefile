@@ -24,7 +24,7 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(PY) tests/bench/run.py
+	$(PY) tests/bench/run.py --repeat 2
 
 clean:
 	rm -rf $(VENV) results/*/ results/mlflow.db
