@@ -55,9 +55,7 @@ class Progress:
     best: float | None = None
     best_trial: int | None = None
     started: float = field(default_factory=time.monotonic)
-    resumed: int = 0
     requeued: list[int] = field(default_factory=list)
-    finished_this_run: int = 0
 
     def eta(self) -> float | None:
         if not self.jobs_done:
@@ -89,7 +87,7 @@ class Driver:
         outcomes = st.outcomes(self.study)
         self._mlflow.append(lambda: self.tracker.reconcile(outcomes))
         previous = st.counted(self.study)
-        p.resumed = p.done = len(previous)
+        p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
         self._update_best(previous)
         p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list)
@@ -214,7 +212,6 @@ class Driver:
             if p.best is None or value > p.best:
                 p.best, p.best_trial = value, active.number
         p.done += 1
-        p.finished_this_run += 1
 
     def _abandon(self) -> None:
         """On Ctrl-C or a driver error: stop workers and close open runs as KILLED.
