@@ -277,6 +277,10 @@ def _knob_combination_issues(spec: SweepSpec, fixed: dict[str, Any], dims: dict[
     if schedule and not values("learning_rate.initial"):
         issues.append(Issue(f"{'space' if schedule[0] in dims else 'hyperparams'}.learning_rate.initial",
                             "a learning-rate schedule needs 'initial' (fixed or swept)"))
+    bounds_where = values("log_std_bounds")
+    if bounds_where and spec.algo in ("SAC", "TQC") and spec.policy not in ("MlpPolicy", "MultiInputPolicy"):
+        issues.append(Issue(f"{bounds_where[0]}.log_std_bounds", f"for {spec.algo} it supports MlpPolicy and "
+                                                                 f"MultiInputPolicy, not {spec.policy}"))
     gaussian = [key for key in ("log_std_bounds", "log_std_init") if values(key)]
     if gaussian:
         problem = envs.continuous_action_problem(spec.env.model_dump())

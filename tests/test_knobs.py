@@ -430,3 +430,23 @@ def test_critic_rate_refused_where_there_is_no_critic_optimizer() -> None:
                      hyperparams={"n_steps": 64, "batch_size": 64, "learning_rate": {"initial": 1e-3, "critic": 1e-2}})
     with pytest.raises(SpecError, match="learning_rate.critic: a separate critic rate needs"):
         from_dict(data)
+
+
+def test_log_std_bounds_with_gsde() -> None:
+    """gSDE keeps a log_std matrix of its own; every read of it is bounded too."""
+    model, _ = _model("PPO", _extend("PPO", use_sde=True, log_std_bounds=[-2.0, -1.0], log_std_init=-1.5))
+    policy = model.policy
+    assert policy.log_std.shape[0] > 1  # (latent_sde_dim, action_dim)
+    with th.no_grad():
+        policy._parameters["log_std"].fill_(30.0)
+    assert th.all(policy.log_std <= -1.0)
+    model.learn(128)
+    raw = policy._parameters["log_std"].detach()
+    assert th.all(raw >= -2.0) and th.all(raw <= -1.0) and th.isfinite(raw).all()
+
+
+def test_squashed_bounds_refuse_other_policies() -> None:
+    data = tiny_spec(algo="SAC", policy="CnnPolicy", env={"id": "Pendulum-v1"}, space={},
+                     hyperparams={"log_std_bounds": [-5, 1]})
+    with pytest.raises(SpecError, match="supports MlpPolicy and MultiInputPolicy, not CnnPolicy"):
+        from_dict(data)
