@@ -23,7 +23,7 @@ ROLES = ("actor", "critic", "log_std", "shared")
 
 
 def role_of(name: str) -> str:
-    if name == "log_std" or name.startswith("log_std"):
+    if name.startswith("log_std"):
         return "log_std"
     if name.startswith(_ACTOR):
         return "actor"
@@ -60,33 +60,31 @@ class GradNormMonitor:
         """``clip_grad_norm_`` that keeps the norms it computes (same arithmetic as torch's for the
         L2 norm SB3 uses: one norm pass instead of two, so recording costs next to nothing)."""
         params = [parameters] if isinstance(parameters, th.Tensor) else list(parameters)
-        grads = [p.grad for p in params if p.grad is not None]
-        if norm_type != 2.0 or error_if_nonfinite or not grads:
-            self._pending = self._norms(params)
+        present = [p for p in params if p.grad is not None]
+        if norm_type != 2.0 or error_if_nonfinite or not present:
+            self._pending = self._norms(present)[0]
             return self._original(params, max_norm, norm_type, error_if_nonfinite, foreach)
-        norms = th.stack(th._foreach_norm(grads))
-        self._pending = self._split([p for p in params if p.grad is not None], norms.tolist())
+        self._pending, norms = self._norms(present)
         total = th.linalg.vector_norm(norms)
-        th._foreach_mul_(grads, th.clamp(max_norm / (total + 1e-6), max=1.0))
+        th._foreach_mul_([p.grad for p in present], th.clamp(max_norm / (total + 1e-6), max=1.0))
         return total
 
-    def _norms(self, params: list[th.Tensor]) -> dict[str, float]:
-        present = [p for p in params if p.grad is not None]
+    def _norms(self, present: list[th.Tensor]) -> tuple[dict[str, float], th.Tensor]:
+        """Squared gradient norm per role of parameters that have a gradient, and the per-parameter norms."""
         if not present:
-            return {}
-        return self._split(present, th.stack(th._foreach_norm([p.grad.detach() for p in present])).tolist())
-
-    def _split(self, params: list[th.Tensor], norms: list[float]) -> dict[str, float]:
+            return {}, th.zeros(0)
+        norms = th.stack(th._foreach_norm([p.grad.detach() for p in present]))
         by_role: dict[str, float] = {}
-        for p, norm in zip(params, norms):
+        for p, norm in zip(present, norms.tolist()):
             role = self._role.get(id(p), "shared")
             by_role[role] = by_role.get(role, 0.0) + norm * norm
-        return by_role
+        return by_role, norms
 
     def _close(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         by_role, self._pending = self._pending, None
         if by_role is None:  # nothing clipped before this step: its gradients are the raw ones
-            by_role = self._norms([p for group in optimizer.param_groups for p in group["params"]])
+            by_role = self._norms([p for group in optimizer.param_groups for p in group["params"]
+                                   if p.grad is not None])[0]
         if not by_role:
             return
         record = {role: math.sqrt(value) for role, value in by_role.items()}

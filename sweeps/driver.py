@@ -227,8 +227,7 @@ class Driver:
             for active in self.active.values():
                 for run_id in [*active.child_runs.values(), active.parent_run]:
                     if run_id:
-                        self.tracker.client.set_tag(run_id, "rlsweep.outcome", "interrupted")
-                        self.tracker.client.set_terminated(run_id, status="KILLED")
+                        self.tracker.end_run(run_id, "KILLED", tags={"rlsweep.outcome": "interrupted"})
 
     def _update_best(self, trials: list[Any]) -> None:
         complete = [t for t in trials if t.value is not None and t.state.name == "COMPLETE"]

@@ -238,15 +238,12 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
     _optimizer(algo_class.__name__, kwargs, pk, knobs, defaults, th)
 
     chosen: Any = policy
-    if "log_std_bounds" in knobs and algo_class.__name__ in ("SAC", "TQC"):
+    if "log_std_bounds" in knobs or "init_gains" in knobs:
         from sweeps import policies
 
-        chosen = policies.bounded_squashed_policy(algo_class.__name__, policy)
-        pk["log_std_bounds"] = [float(b) for b in knobs["log_std_bounds"]]
-    elif "log_std_bounds" in knobs or "init_gains" in knobs:
-        from sweeps.policies import BY_ALIAS
-
-        chosen = BY_ALIAS[policy]
+        squashed = algo_class.__name__ in ("SAC", "TQC")
+        chosen = policies.bounded_squashed_policy(algo_class.__name__, policy) if squashed else \
+            policies.BY_ALIAS[policy]
         if "log_std_bounds" in knobs:
             pk["log_std_bounds"] = [float(b) for b in knobs["log_std_bounds"]]
         if "init_gains" in knobs:

@@ -29,10 +29,6 @@ from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticP
 from sb3_contrib.common.recurrent.policies import (RecurrentActorCriticCnnPolicy, RecurrentActorCriticPolicy,
                                                   RecurrentMultiInputActorCriticPolicy)
 
-# float32 exp() overflows above ~88.7 and underflows to 0 below ~-103.9
-FLOAT32_LOG_STD_LIMITS = (-103.0, 88.0)
-
-
 class _KnobsMixin:
     """Adds ``log_std_bounds`` and ``init_gains`` to an SB3 actor-critic policy class."""
 
@@ -201,4 +197,4 @@ BY_ALIAS = {
     "MultiInputLstmPolicy": BoundedRecurrentMultiInputActorCriticPolicy,
 }
 
-__all__ = ["BY_ALIAS", "FLOAT32_LOG_STD_LIMITS", "bounded_squashed_policy"] + [c.__name__ for c in BY_ALIAS.values()]
+__all__ = ["BY_ALIAS", "bounded_squashed_policy"] + [c.__name__ for c in BY_ALIAS.values()]

@@ -47,25 +47,25 @@ class MlflowTracker:
 
     # --- runs -----------------------------------------------------------------------------
     def start_trial(self, trial: int, params: dict[str, Any], resolved_spec: dict[str, Any]) -> str:
-        from mlflow.entities import Param
-
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial}",
                                      tags={TAG_SWEEP: self.sweep, TAG_TRIAL: str(trial)})
         run_id = run.info.run_id
-        self.client.log_batch(run_id, params=[Param(k[:250], _param_value(v)) for k, v in params.items()])
+        self._log_params(run_id, params)
         self.client.log_dict(run_id, resolved_spec, "spec.resolved.json")
         return run_id
 
     def start_seed(self, trial: int, seed: int, parent_id: str, params: dict[str, Any]) -> str:
-        from mlflow.entities import Param
-
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial}-seed-{seed}",
                                      tags={TAG_SWEEP: self.sweep, TAG_TRIAL: str(trial), TAG_SEED: str(seed),
                                            "mlflow.parentRunId": parent_id})
         run_id = run.info.run_id
-        params = {**params, "seed": seed}
-        self.client.log_batch(run_id, params=[Param(k[:250], _param_value(v)) for k, v in params.items()])
+        self._log_params(run_id, {**params, "seed": seed})
         return run_id
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        self.client.log_batch(run_id, params=[Param(k[:250], _param_value(v)) for k, v in params.items()])
 
     def end_run(self, run_id: str, status: str, metrics: dict[str, float] | None = None,
                 tags: dict[str, str] | None = None, texts: dict[str, str] | None = None) -> None:
