@@ -175,6 +175,7 @@ def test_a_crashing_trial_does_not_stop_the_sweep(how: str, tmp_path: Path) -> N
 
 def test_driver_killed_mid_sweep_resumes_without_losing_or_repeating(tmp_path: Path) -> None:
     import signal
+    import sqlite3
 
     data = tiny_spec("killed", total_timesteps=4096, seeds=1, trials=3, objective={"eval_episodes": 1})
     (tmp_path / "killed.yaml").write_text(yaml.safe_dump(data))
@@ -185,10 +186,12 @@ def test_driver_killed_mid_sweep_resumes_without_losing_or_repeating(tmp_path: P
     states: list[str] = []
     while time.monotonic() < deadline:  # wait until one trial is done and the next is running
         if db.exists():
+            # Read-only: opening it through Optuna would create the schema if the driver has not yet,
+            # racing the driver on a fresh SQLite file.
             try:
-                states = [t.state.name for t in optuna.load_study(study_name="killed",
-                                                                  storage=f"sqlite:///{db}").get_trials()]
-            except Exception:  # the driver may be creating the schema right now
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+                    states = [row[0] for row in con.execute("SELECT state FROM trials")]
+            except sqlite3.Error:  # the driver is creating the schema right now
                 states = []
         if "COMPLETE" in states and "RUNNING" in states:
             break
