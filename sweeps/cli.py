@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument("name", nargs="?", help="sweep name (default: the shared store results/mlflow.db)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=_positive, default=5000)
+    diag = sub.add_parser("diagnose", help="classify a run trained anywhere: TensorBoard logs or an MLflow run id")
+    diag.add_argument("path", help="TensorBoard log directory or event file (SB3 or CleanRL keys), or an MLflow run id")
+    diag.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    diag.add_argument("--error-file", help="text of the run's crash (e.g. its traceback), if it crashed")
+    diag.add_argument("--tracking-uri", help="MLflow store for a run id (default: results/mlflow.db)")
+    diag.add_argument("--thresholds", help="detector thresholds YAML (default: the built-in conf/stability.yaml values)")
+    diag.add_argument("--plot", help="also save a PNG of the key signals with the onset marked")
     return parser
 
 
@@ -51,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     err = Console(stderr=True)
     try:
-        return {"run": _run, "validate": _validate, "status": _status, "ui": _ui}[args.command](args, console)
+        return {"run": _run, "validate": _validate, "status": _status, "ui": _ui,
+                "diagnose": _diagnose}[args.command](args, console)
     except (SpecError, UsageError) as exc:
         err.print(str(exc), highlight=False, markup=False)
         return EXIT_USAGE
@@ -112,12 +120,56 @@ def _status(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"{folder / 'optuna.db'} holds no study")
     study = optuna.load_study(study_name=names[0], storage=url)
     trials = study.get_trials(deepcopy=False)
+    from sweeps.progress import verdict_counts
+
     counts: dict[str, int] = {}
+    verdicts: dict[str, int] = {}
     for t in trials:
         outcome = t.user_attrs.get("rlsweep.outcome", t.state.name.lower())
         counts[outcome] = counts.get(outcome, 0) + 1
+        if t.user_attrs.get("rlsweep.verdict"):
+            verdicts[t.user_attrs["rlsweep.verdict"]] = verdicts.get(t.user_attrs["rlsweep.verdict"], 0) + 1
     console.print(trials_table(trials, f"{names[0]}: {len(trials)} trials"))
     console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
+    console.print(verdict_counts(verdicts), highlight=False)
+    return 0
+
+
+def _diagnose(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from stability.diagnose import load_history
+    from stability.readers import LogReadError
+    from stability.thresholds import ThresholdError, Thresholds
+    from stability.verdict import classify
+
+    error = None
+    if args.error_file:
+        try:
+            error = Path(args.error_file).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"--error-file {args.error_file}: cannot read it ({exc.strerror})") from None
+    try:
+        thresholds = Thresholds.load(args.thresholds) if args.thresholds else Thresholds()
+        uri = args.tracking_uri or mlflow_uri_for(None)
+        history = load_history(args.path, error, uri)
+    except (LogReadError, ThresholdError) as exc:
+        raise UsageError(str(exc)) from None
+    if not len(history) and not history.error:
+        raise UsageError(f"{args.path}: the log holds no training signals rlsweep knows (SB3 'train/*' and "
+                         "'rollout/*', CleanRL 'losses/*' and 'charts/*', or 'stability/*' keys)")
+    verdict = classify(history, thresholds, final=True)
+    if args.plot:
+        from stability.plot import plot_signals
+
+        plot_signals(history, verdict, args.plot, title=str(args.path))
+    if args.json:
+        print(json.dumps({"verdict": verdict.verdict, "onset_step": verdict.onset_step,
+                          "findings": [f.to_dict() for f in verdict.findings],
+                          "updates": verdict.updates, "last_step": verdict.last_step}))
+    else:
+        console.print(f"{args.path}", highlight=False)
+        console.print(verdict.render(), highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

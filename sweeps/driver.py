@@ -7,6 +7,7 @@ sweeps lose nothing. Every trial ends as ``complete`` (told its objective) or ``
 from __future__ import annotations
 
 import copy
+import json
 import statistics
 import time
 from collections import deque
@@ -36,10 +37,13 @@ class ActiveTrial:
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     errors: dict[int, dict[str, str]] = field(default_factory=dict)
+    verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seed -> Verdict.to_dict()
+    unstable: dict[int, str] = field(default_factory=dict)             # seed -> class that ended it
+    skipped: set[int] = field(default_factory=set)                     # never run: the trial was doomed
 
     @property
     def finished(self) -> bool:
-        return len(self.returns) + len(self.errors) == len(self.seeds)
+        return len(self.returns) + len(self.errors) + len(self.unstable) + len(self.skipped) == len(self.seeds)
 
 
 @dataclass
@@ -56,6 +60,7 @@ class Progress:
     best_trial: int | None = None
     started: float = field(default_factory=time.monotonic)
     requeued: list[int] = field(default_factory=list)
+    verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
 
     def eta(self) -> float | None:
         if not self.jobs_done:
@@ -76,6 +81,8 @@ class Driver:
         self.in_flight: set[tuple[int, int]] = set()
         self._mlflow: deque[Callable[[], None]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
+        self._stability = {"enabled": spec.stability.enabled, "stop_on": list(spec.stability.stop_on),
+                           "thresholds": spec.stability_thresholds()}
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -89,6 +96,10 @@ class Driver:
         previous = st.counted(self.study)
         p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
+        for t in previous:
+            verdict = t.user_attrs.get(st.VERDICT)
+            if verdict:
+                p.verdicts[verdict] = p.verdicts.get(verdict, 0) + 1
         self._update_best(previous)
         p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list)
         try:
@@ -145,7 +156,7 @@ class Driver:
                 policy=self.spec.policy, env=env, hyperparams=hyperparams,
                 total_timesteps=self.spec.total_timesteps, eval_episodes=self.spec.objective.eval_episodes,
                 eval_seed=self.spec.objective.eval_seed_offset + seed,
-                deterministic=self.spec.objective.deterministic))
+                deterministic=self.spec.objective.deterministic, stability=self._stability))
         self._mlflow.append(lambda: self._start_runs(active))
 
     def _start_runs(self, active: ActiveTrial) -> None:
@@ -171,12 +182,7 @@ class Driver:
         self.progress.jobs_done += 1
         run_id = active.child_runs[seed]
         if event.kind == "finished":
-            result = event.payload
-            active.returns[seed] = result["mean_return"]
-            metrics = {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"],
-                       "time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
-            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags={
-                "rlsweep.outcome": "complete", "rlsweep.worker": active.workers.get(seed, "")}))
+            self._seed_finished(active, seed, run_id, event.payload)
         elif event.kind == "failed":
             error = event.payload
             active.errors[seed] = error
@@ -187,12 +193,51 @@ class Driver:
         if active.finished:
             self._close_trial(active)
 
+    def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: dict[str, Any]) -> None:
+        verdict = result.get("verdict") or {"verdict": "healthy", "onset_step": None, "findings": []}
+        active.verdicts[seed] = verdict
+        tags = {"rlsweep.worker": active.workers.get(seed, ""), **_verdict_tags(verdict),
+                "stability.context": json.dumps(result.get("context") or {}, default=str)}
+        files = {"stability/signals.png": result["plot_png"]} if result.get("plot_png") else None
+        texts = {"stability/verdict.json": json.dumps(verdict, indent=2)}
+        metrics = {"time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
+        if result.get("stopped_by"):
+            active.unstable[seed] = result["stopped_by"]
+            tags |= {"rlsweep.outcome": "unstable", "stability.stopped_by": result["stopped_by"]}
+            self._skip_rest(active)
+            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags,
+                                                             texts=texts, files=files))
+            return
+        active.returns[seed] = result["mean_return"]
+        metrics |= {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]}
+        tags["rlsweep.outcome"] = "complete"
+        self._mlflow.append(lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags,
+                                                         texts=texts, files=files))
+
+    def _skip_rest(self, active: ActiveTrial) -> None:
+        """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run."""
+        queued = [c for c in self.jobs if c.trial == active.number]
+        for config in queued:
+            self.jobs.remove(config)
+            active.skipped.add(config.seed)
+            self.progress.jobs_total -= 1
+            self._mlflow.append(lambda seed=config.seed: self.tracker.end_run(
+                active.child_runs[seed], "KILLED", tags={"rlsweep.outcome": "skipped"}))
+
     def _close_trial(self, active: ActiveTrial) -> None:
         from optuna.trial import TrialState
 
         del self.active[active.number]
         trial, p = active.optuna_trial, self.progress
         trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
+        verdict = trial_verdict(active.verdicts)
+        if active.verdicts:
+            trial.set_user_attr(st.VERDICT, verdict["verdict"])
+            trial.set_user_attr("rlsweep.verdicts", {str(s): v["verdict"] for s, v in active.verdicts.items()})
+            p.verdicts[verdict["verdict"]] = p.verdicts.get(verdict["verdict"], 0) + 1
+        tags = _verdict_tags(verdict) if active.verdicts else {}
+        texts = {"stability/verdict.json": json.dumps(verdict | {"seeds": {str(s): v for s, v in
+                                                                           active.verdicts.items()}}, indent=2)}
         if active.errors:
             seed, error = next(iter(active.errors.items()))
             message = f"seed {seed}: {error['type']}: {error['message']}"
@@ -200,7 +245,15 @@ class Driver:
             trial.set_user_attr("rlsweep.error", message[:1000])
             self.study.tell(trial, state=TrialState.FAIL)
             self._mlflow.append(lambda: self.tracker.end_run(
-                active.parent_run, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.error": message}))
+                active.parent_run, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.error": message} | tags,
+                texts=texts))
+            p.failed += 1
+        elif active.unstable:
+            # Ended by its verdict: pruned in Optuna (samplers learn the region is bad), never scored.
+            trial.set_user_attr(st.OUTCOME, "unstable")
+            self.study.tell(trial, state=TrialState.PRUNED)
+            self._mlflow.append(lambda: self.tracker.end_run(
+                active.parent_run, "FAILED", tags={"rlsweep.outcome": "unstable"} | tags, texts=texts))
             p.failed += 1
         else:
             value = _AGGREGATE[self.spec.objective.aggregate](list(active.returns.values()))
@@ -208,7 +261,8 @@ class Driver:
             self.study.tell(trial, value)
             metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
             self._mlflow.append(lambda: self.tracker.end_run(active.parent_run, "FINISHED", metrics=metrics,
-                                                             tags={"rlsweep.outcome": "complete"}))
+                                                             tags={"rlsweep.outcome": "complete"} | tags,
+                                                             texts=texts))
             if p.best is None or value > p.best:
                 p.best, p.best_trial = value, active.number
         p.done += 1
@@ -234,6 +288,24 @@ class Driver:
         if complete:
             best = max(complete, key=lambda t: t.value)
             self.progress.best, self.progress.best_trial = best.value, best.number
+
+
+def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A trial's verdict from its seeds': the highest-priority failure any seed showed (a config
+    is unsafe if one seed fails), with the earliest onset of that failure; else healthy."""
+    from stability.verdict import PRIORITY
+
+    failing = [v for v in verdicts.values() if v["verdict"] != "healthy"]
+    if not failing:
+        return {"verdict": "healthy", "onset_step": None, "failed_seeds": 0}
+    worst = min(failing, key=lambda v: PRIORITY.index(v["verdict"]) if v["verdict"] in PRIORITY else 99)
+    onsets = [v["onset_step"] for v in failing if v["verdict"] == worst["verdict"] and v["onset_step"] is not None]
+    return {"verdict": worst["verdict"], "onset_step": min(onsets) if onsets else None, "failed_seeds": len(failing)}
+
+
+def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:
+    onset = verdict.get("onset_step")
+    return {"stability.verdict": verdict["verdict"], "stability.onset_step": "" if onset is None else str(onset)}
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:

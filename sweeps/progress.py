@@ -22,7 +22,15 @@ def _clock(seconds: float | None) -> str:
 def summary_line(p: Progress) -> str:
     best = "-" if p.best is None else f"{p.best:.2f} (trial {p.best_trial})"
     return (f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed | best {best} | "
-            f"elapsed {_clock(time.monotonic() - p.started)} | ETA {_clock(p.eta())}")
+            f"{verdict_counts(p.verdicts)} | elapsed {_clock(time.monotonic() - p.started)} | ETA {_clock(p.eta())}")
+
+
+def verdict_counts(counts: dict[str, int]) -> str:
+    """``healthy 5, nan_scale 2``: healthy first, then failure classes by count."""
+    if not counts:
+        return "verdicts -"
+    order = sorted(counts, key=lambda k: (k != "healthy", -counts[k], k))
+    return ", ".join(f"{k} {counts[k]}" for k in order)
 
 
 class LiveDisplay:
@@ -56,7 +64,7 @@ class LiveDisplay:
 def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Table:
     """Trials best first: number, outcome, objective, per-seed returns, params, error."""
     table = Table(title=title, title_justify="left")
-    for column in ("trial", "outcome", "objective", "returns per seed", "params"):
+    for column in ("trial", "outcome", "verdict", "objective", "returns per seed", "params"):
         table.add_column(column, overflow="fold")
     ranked = sorted(trials, key=lambda t: (t.value is None, -(t.value or 0.0), t.number))
     for t in ranked[:limit]:
@@ -69,5 +77,5 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
         if "rlsweep.error" in attrs:
             text += f"\n[red]{attrs['rlsweep.error'][:300]}[/red]"
         value = "-" if t.value is None else f"{t.value:.2f}"
-        table.add_row(str(t.number), outcome, value, returns or "-", text or "-")
+        table.add_row(str(t.number), outcome, attrs.get("rlsweep.verdict", "-"), value, returns or "-", text or "-")
     return table

@@ -62,6 +62,14 @@ class TrackingSpec(_Model):
     experiment: str | None = None
 
 
+class StabilitySpec(_Model):
+    """Failure classification. ``stop_on`` ends a trial as soon as its verdict is one of these."""
+
+    enabled: bool = True
+    stop_on: list[str] = []
+    thresholds: str | None = None   # a YAML file overriding conf/stability.yaml's defaults
+
+
 class SweepSpec(_Model):
     name: str
     env: EnvSpec
@@ -77,6 +85,7 @@ class SweepSpec(_Model):
     objective: ObjectiveSpec = ObjectiveSpec()
     storage: StorageSpec = StorageSpec()
     tracking: TrackingSpec = TrackingSpec()
+    stability: StabilitySpec = StabilitySpec()
 
     @field_validator("name")
     @classmethod
@@ -129,7 +138,16 @@ class SweepSpec(_Model):
         data.update(seeds=self.seed_list, trials=self.n_trials)
         data["storage"] = {"dir": str(self.storage_dir), "optuna": self.optuna_url}
         data["tracking"] = {"mlflow_uri": self.mlflow_uri, "experiment": self.experiment}
+        data["stability"]["thresholds"] = self.stability_thresholds()
         return data
+
+    def stability_thresholds(self) -> dict[str, dict[str, Any]]:
+        """The detector thresholds in force: defaults with the spec's file applied."""
+        from stability.thresholds import Thresholds
+
+        if self.stability.thresholds is None:
+            return Thresholds().values
+        return Thresholds.load(self.stability.thresholds).values
 
 
 def load(path: str | Path) -> SweepSpec:
@@ -238,6 +256,22 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
     for key in sorted(set(fixed) & set(dims)):
         issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
     issues += _sampler_issues(spec, dims)
+    issues += _stability_issues(spec)
+    return issues
+
+
+def _stability_issues(spec: SweepSpec) -> list[Issue]:
+    from stability.thresholds import DEFAULTS, ThresholdError, Thresholds
+
+    issues = []
+    for i, name in enumerate(spec.stability.stop_on):
+        if name not in DEFAULTS:
+            issues.append(Issue(f"stability.stop_on.{i}", one_of(name, list(DEFAULTS))))
+    if spec.stability.thresholds is not None:
+        try:
+            Thresholds.load(spec.stability.thresholds)
+        except ThresholdError as exc:
+            issues.append(Issue("stability.thresholds", str(exc).replace("\n", ";")))
     return issues
 
 

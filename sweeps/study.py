@@ -14,6 +14,7 @@ from sweeps.errors import UsageError
 from sweeps.spec import SweepSpec
 
 OUTCOME = "rlsweep.outcome"
+VERDICT = "rlsweep.verdict"
 _FINGERPRINT = "rlsweep.fingerprint"
 # Keys that may change between runs of the same sweep without making it a different sweep.
 _MUTABLE = ("trials", "workers", "tracking")

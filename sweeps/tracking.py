@@ -68,8 +68,10 @@ class MlflowTracker:
         self.client.log_batch(run_id, params=[Param(k[:250], _param_value(v)) for k, v in params.items()])
 
     def end_run(self, run_id: str, status: str, metrics: dict[str, float] | None = None,
-                tags: dict[str, str] | None = None, texts: dict[str, str] | None = None) -> None:
-        """Flush ``run_id``'s curves, log final values and tags, and close it as FINISHED/FAILED/KILLED."""
+                tags: dict[str, str] | None = None, texts: dict[str, str] | None = None,
+                files: dict[str, bytes] | None = None) -> None:
+        """Flush ``run_id``'s curves, log final values, tags and artifacts (``texts``/``files``:
+        artifact path -> content), and close it as FINISHED/FAILED/KILLED."""
         from mlflow.entities import RunTag
 
         if metrics:
@@ -77,6 +79,14 @@ class MlflowTracker:
         self._flush_run(run_id, tags=[RunTag(k, v[:5000]) for k, v in (tags or {}).items()])
         for name, text in (texts or {}).items():
             self.client.log_text(run_id, text, name)
+        if files:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as folder:
+                for name, data in files.items():
+                    path = Path(folder) / Path(name).name
+                    path.write_bytes(data)
+                    self.client.log_artifact(run_id, str(path), artifact_path=str(Path(name).parent) or None)
         self.client.set_terminated(run_id, status=status)
 
     def reconcile(self, outcomes: dict[int, dict[str, Any]]) -> int:
@@ -96,13 +106,13 @@ class MlflowTracker:
             known = outcomes.get(int(tags.get(TAG_TRIAL, -1)), {})
             outcome, seed = known.get("outcome", "interrupted"), tags.get(TAG_SEED)
             metrics: list[Metric] = []
-            if outcome in ("complete", "crashed") and seed is not None:
+            if outcome in ("complete", "crashed", "unstable") and seed is not None:
                 value = known.get("returns", {}).get(seed)
                 if value is not None:
                     metrics.append(Metric("eval/mean_return", float(value), now, 0))
                     outcome, status = "complete", "FINISHED"
                 else:
-                    status = "FAILED" if outcome == "crashed" else "FINISHED"
+                    status = "FAILED" if outcome in ("crashed", "unstable") else "FINISHED"
             elif outcome == "complete":
                 metrics.append(Metric("objective", float(known["value"]), now, 0))
                 status = "FINISHED"

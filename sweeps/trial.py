@@ -29,6 +29,7 @@ class TrialConfig:
     deterministic: bool = True
     torch_threads: int = 1
     device: str = "cpu"
+    stability: dict[str, Any] = field(default_factory=dict)  # {enabled, stop_on, thresholds}
 
     @property
     def key(self) -> tuple[int, int]:
@@ -43,6 +44,10 @@ class TrialResult:
     timesteps: int
     train_seconds: float
     eval_seconds: float
+    verdict: dict[str, Any] | None = None     # stability.Verdict.to_dict()
+    stopped_by: str | None = None              # the failure class that ended training early
+    context: dict[str, Any] = field(default_factory=dict)
+    plot_png: bytes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +63,6 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     import torch
 
     from sweeps import knobs
-    from stability.gradients import GradNormMonitor, grad_norm_callback
 
     torch.set_num_threads(config.torch_threads)
     algo_class = algos.load_class(config.algo)
@@ -67,15 +71,23 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     model = built.algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0,
                              **built.algo_kwargs)
     model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy))
-    grad_norms = GradNormMonitor(model.policy, max_grad_norm=built.max_grad_norm)
+    watch = _stability_callback(config, built.max_grad_norm)
 
     started = time.perf_counter()
     try:
-        model.learn(total_timesteps=config.total_timesteps, log_interval=1, callback=grad_norm_callback(grad_norms))
+        model.learn(total_timesteps=config.total_timesteps, log_interval=1, callback=watch)
+    except Exception as exc:
+        # A crash the detectors recognise (torch's "Expected parameter scale ...") ends the
+        # seed with that verdict instead of as a crash; anything else is a real crash.
+        verdict = watch.finish(exc)
+        if verdict.verdict == "healthy":
+            raise
+        return _unstable(config, model, watch, time.perf_counter() - started)
     finally:
-        model.logger.dump(step=model.num_timesteps)  # SB3 never dumps the last update's train/* values
-        grad_norms.close()
+        watch.finish()  # no-op after a normal end or a crash already recorded
     train_seconds = time.perf_counter() - started
+    if watch.stopped_by is not None:  # a doomed trial: evaluating it would only spend time
+        return _unstable(config, model, watch, train_seconds)
 
     started = time.perf_counter()
     returns = evaluate(model, config, lambda venv: knobs.wrap_eval_env(venv, built, env))
@@ -83,7 +95,39 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     env.close()
     return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
                        episode_returns=[float(r) for r in returns], timesteps=int(model.num_timesteps),
-                       train_seconds=train_seconds, eval_seconds=eval_seconds)
+                       train_seconds=train_seconds, eval_seconds=eval_seconds, verdict=watch.verdict.to_dict(),
+                       context=watch.history.context, plot_png=_plot(watch, config))
+
+
+def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any:
+    from stability.callback import StabilityCallback
+    from stability.thresholds import Thresholds
+
+    settings = config.stability
+    thresholds = Thresholds(settings.get("thresholds") or {}, source="spec stability.thresholds")
+    stop_on = settings.get("stop_on", ()) if settings.get("enabled", True) else ()
+    return StabilityCallback(thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm)
+
+
+def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float) -> TrialResult:
+    """A seed ended by its verdict: no evaluation, no score."""
+    return TrialResult(mean_return=float("nan"), std_return=float("nan"), episode_returns=[],
+                       timesteps=int(model.num_timesteps), train_seconds=train_seconds, eval_seconds=0.0,
+                       verdict=watch.verdict.to_dict(), stopped_by=watch.stopped_by or watch.verdict.verdict,
+                       context=watch.history.context, plot_png=_plot(watch, config))
+
+
+def _plot(watch: Any, config: TrialConfig) -> bytes | None:
+    """The signals PNG, rendered here (the worker has the history; the driver only stores it)."""
+    import tempfile
+    from pathlib import Path
+
+    from stability.plot import plot_signals
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = plot_signals(watch.history, watch.verdict, Path(folder) / "signals.png",
+                            title=f"{config.sweep} trial {config.trial} seed {config.seed}")
+        return path.read_bytes()
 
 
 def evaluate(model: Any, config: TrialConfig, wrap: Any = None) -> list[float]:
@@ -108,7 +152,7 @@ def _logger_to(reporter: Reporter, train_lags: bool = True) -> Any:
     from stable_baselines3.common.logger import KVWriter, Logger
 
     class ReporterWriter(KVWriter):
-        """Receives every SB3 dump. On-policy, ``train/*`` values in a dump belong to the update that
+        """Receives every SB3 dump. On-policy, ``train/*`` and ``stability/*`` values in a dump belong to the update that
         ran right after the previous dump (SB3 dumps before ``train()``), so they get that dump's
         step. Off-policy, the latest ``train()`` ran just before the dump: they get its own step."""
 
@@ -123,7 +167,7 @@ def _logger_to(reporter: Reporter, train_lags: bool = True) -> Any:
                     continue
                 number = _as_number(value)
                 if number is not None:
-                    (update if key.startswith("train/") else now)[key] = number
+                    (update if key.startswith(("train/", "stability/")) else now)[key] = number
             if update:
                 reporter.metrics(self.previous_step if train_lags else step, update)
             if now:

@@ -1,0 +1,305 @@
+"""``StabilityCallback``: per-update stability signals and a running verdict for any SB3 run.
+
+Usable in a plain SB3 script::
+
+    from stability import StabilityCallback
+    cb = StabilityCallback(stop_on=["nan_scale"])
+    try:
+        model.learn(100_000, callback=cb)
+    except Exception as error:          # e.g. torch's "Expected parameter scale ..." ValueError
+        cb.finish(error)
+    print(cb.verdict.render())
+
+After every update it reads what the algorithm recorded (``train/*``), adds what SB3 never
+logs (log_std range, parameter finiteness, pre-clip gradient norm by role, advantage and
+return spread, raw and normalised reward statistics, action overrides), writes those to the
+SB3 logger as ``stability/NAME`` (so TensorBoard/CSV logs carry them) and appends the update
+to :attr:`history`. SB3 records ``train/*`` after its log dump and never dumps the last
+update; the callback captures every update as it is recorded, and dumps the last one itself.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+
+from stability.gradients import GradNormMonitor
+from stability.signals import PREFIX, SB3_KEYS, History
+from stability.thresholds import Thresholds
+from stability.verdict import Verdict, classify
+
+# Signals the callback computes itself (everything else comes from ``train/*``).
+OWN = ("log_std_min", "log_std_max", "loc_abs_max", "params_finite", "adv_std", "return_std", "return_rms",
+       "reward_mean", "reward_std", "reward_norm_std", "reward_distinct", "override_fraction")
+
+
+class StabilityCallback(BaseCallback):
+    """Collect stability signals after every update; classify; optionally stop doomed runs.
+
+    :param thresholds: detector thresholds (default: the documented defaults).
+    :param stop_on: failure classes that end training as soon as they are certain.
+    :param on_update: called after each update with ``(step, signals, verdict)``.
+    :param check_every: run the detectors at least every N updates. Each check reads the whole
+        history, so checks thin out as it grows (every 2% of the updates so far at most), except
+        that a non-finite value or a log_std past the warning range triggers one at once.
+    :param min_update_steps: off-policy algorithms train every few env steps; their updates
+        are grouped so that one recorded update spans at least this many env steps.
+    :param grad_norms: record the pre-clip gradient norm (installs a :class:`GradNormMonitor`).
+    """
+
+    def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (),
+                 on_update: Callable[[int, dict[str, float], Verdict], None] | None = None,
+                 check_every: int = 1, min_update_steps: int = 1000, grad_norms: bool = True,
+                 max_grad_norm: float | None = None, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        if check_every < 1:
+            raise ValueError(f"check_every >= 1 must hold, but got check_every={check_every}")
+        self.thresholds = thresholds or Thresholds()
+        self.stop_on = frozenset(stop_on)
+        unknown = self.stop_on - set(self.thresholds.known_verdicts())
+        if unknown:
+            raise ValueError(f"stop_on names unknown failure classes {sorted(unknown)}; "
+                             f"allowed: {', '.join(self.thresholds.known_verdicts())}")
+        self.on_update = on_update
+        self.check_every = check_every
+        self.min_update_steps = min_update_steps
+        self.want_grad_norms = grad_norms
+        self.max_grad_norm = max_grad_norm
+        self.history = History()
+        self.verdict = Verdict.empty()
+        self.stopped_by: str | None = None
+        self._train: dict[str, float] = {}
+        self._rollout: dict[str, float] = {}
+        self._update_step = 0
+        self._last_commit = -1
+        self._next_check = 0
+        self._rollout_size = 0
+        self._raw: list[np.ndarray] = []
+        self._seen: list[np.ndarray] = []
+        self._overrides = 0
+        self._override_total = 0
+        self._monitor: GradNormMonitor | None = None
+        self._vecnorm: Any = None
+        self._stop = False
+        self._finished = False
+        self._original_record: Any = None
+        self._probe_obs: Any = None
+
+    # Parameter finiteness and the action mean are probed every PROBE_EVERY updates (and on any
+    # non-finite loss): each probe costs a forward pass, which matters for A2C's tiny updates.
+    PROBE_EVERY = 10
+
+    # --- set-up -------------------------------------------------------------------------
+    def _init_callback(self) -> None:
+        from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+        from stable_baselines3.common.vec_env import unwrap_vec_normalize
+
+        self._on_policy = isinstance(self.model, OnPolicyAlgorithm)
+        self._vecnorm = unwrap_vec_normalize(self.model.get_env())
+        logger = self.model.logger
+        self._original_record = logger.record
+
+        def record(key: str, value: Any, exclude: Any = None) -> None:
+            if key in SB3_KEYS and key.startswith("train/"):
+                number = _number(value)
+                if number is not None:
+                    self._train[key] = number
+            self._original_record(key, value, exclude)
+
+        logger.record = record
+        if self.want_grad_norms and self._monitor is None:
+            clip = self.max_grad_norm if self.max_grad_norm is not None else getattr(self.model, "max_grad_norm", None)
+            self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
+        self.history.context.update(_context(self.model, self._vecnorm))
+        self.history.total_steps = getattr(self.model, "_total_timesteps", None)
+
+    # --- per step: rewards as the env gave them and as the algorithm saw them -------------
+    def _on_step(self) -> bool:
+        seen = self.locals.get("rewards")
+        if seen is not None:
+            if self._vecnorm is not None:
+                self._seen.append(np.array(seen, dtype=np.float64))
+                self._raw.append(np.array(self._vecnorm.get_original_reward(), dtype=np.float64))
+            else:
+                self._raw.append(np.array(seen, dtype=np.float64))
+        infos = self.locals.get("infos") or ()
+        self._override_total += len(infos)
+        for info in infos:
+            if info.get("action_overridden") or info.get("overridden"):
+                self._overrides += 1
+        return not self._stop
+
+    def _on_rollout_end(self) -> None:
+        self._update_step = self.model.num_timesteps
+        stats: dict[str, float] = {}
+        if self._raw:
+            raw = np.concatenate(self._raw)
+            stats["reward_mean"] = float(raw.mean())
+            stats["reward_std"] = float(raw.std())
+            stats["reward_distinct"] = float(np.unique(raw).size)
+            stats["reward_norm_std"] = float(np.concatenate(self._seen).std()) if self._vecnorm is not None \
+                else stats["reward_std"]
+        if self._override_total:
+            stats["override_fraction"] = self._overrides / self._override_total
+        buffer = getattr(self.model, "rollout_buffer", None)
+        if self._on_policy and buffer is not None and getattr(buffer, "full", False):
+            stats["adv_std"] = float(np.std(buffer.advantages))
+            stats["return_std"] = float(np.std(buffer.returns))
+            stats["return_rms"] = float(np.sqrt(np.mean(np.square(buffer.returns))))
+            self._probe_obs = buffer.observations
+        self._rollout_size = max(self._rollout_size, sum(len(r) for r in self._raw))
+        self._rollout.update(stats)
+        self._raw, self._seen = [], []
+        self._overrides = self._override_total = 0
+
+    # --- per update ---------------------------------------------------------------------
+    def _on_rollout_start(self) -> None:
+        if not self._on_policy and self._update_step - self._last_commit < self.min_update_steps:
+            return
+        self._commit()
+
+    def _on_training_end(self) -> None:
+        self._close()
+
+    def finish(self, error: BaseException | str | None = None) -> Verdict:
+        """Record the last update (and the crash, if any) and return the final verdict.
+
+        Call it when ``learn`` raised; after a normal end it has already run.
+        """
+        if self._finished and error is None:
+            return self.verdict
+        if error is not None:
+            self.history.error = error if isinstance(error, str) else "".join(
+                traceback.format_exception(type(error), error, error.__traceback__))
+        self._close()
+        self.verdict = classify(self.history, self.thresholds, final=True)
+        return self.verdict
+
+    def _close(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self._train or self._monitor is not None and self._monitor.steps:
+            if not self._on_policy:
+                self._update_step = self.model.num_timesteps
+            self._commit(force_check=True)
+        if self._monitor is not None:
+            self._monitor.close()
+        logger = self.model.logger
+        if self._original_record is not None:
+            logger.record = self._original_record
+        if logger.name_to_value:  # SB3 never dumps the last update; keep the one-rollout lag
+            logger.dump(step=self.model.num_timesteps + (self._rollout_size if self._on_policy else 0))
+        self.verdict = classify(self.history, self.thresholds, final=True)
+
+    def _commit(self, force_check: bool = False) -> None:
+        """Close one update: gather its signals, write them to the logger, classify."""
+        grads = self._monitor.pop() if self._monitor is not None else {}
+        if not self._train and not grads:
+            return  # nothing trained since the last commit (e.g. before learning_starts)
+        signals: dict[str, float] = {}
+        for key, value in (self._train | grads).items():
+            if key in SB3_KEYS:
+                name, sign = SB3_KEYS[key]
+                signals[name] = sign * value
+        if grads:
+            for key, value in grads.items():
+                self._original_record(key, value, None)
+        signals.update(self._rollout)
+        probe = len(self.history) % self.PROBE_EVERY == 0 or not all(math.isfinite(v) for v in signals.values())
+        signals.update(_policy_signals(self.model.policy, check_params=probe))
+        if probe and self._on_policy and self._probe_obs is not None:
+            loc = _loc_abs_max(self.model.policy, self._probe_obs)
+            if loc is not None:
+                signals["loc_abs_max"] = loc
+        for name in OWN:
+            if name in signals:
+                self._original_record(PREFIX + name, signals[name], None)
+        self.history.add(self._update_step, signals)
+        self._train, self._rollout = {}, {}
+        self._last_commit = self._update_step
+        n = len(self.history)
+        if force_check or n >= self._next_check or self._urgent(signals):
+            self._next_check = n + max(self.check_every, n // 50)
+            self.verdict = classify(self.history, self.thresholds)
+            if self.verdict.certain and self.verdict.verdict in self.stop_on:
+                self._stop = True
+                self.stopped_by = self.verdict.verdict
+        if self.on_update is not None:
+            self.on_update(self._update_step, signals, self.verdict)
+
+
+    def _urgent(self, signals: dict[str, float]) -> bool:
+        t = self.thresholds.of("nan_scale")
+        return (not all(math.isfinite(v) for v in signals.values()) or signals.get("params_finite", 1.0) < 1.0
+                or signals.get("log_std_max", 0.0) > t["log_std_warn_high"]
+                or signals.get("log_std_min", 0.0) < t["log_std_warn_low"])
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _policy_signals(policy: th.nn.Module, check_params: bool) -> dict[str, float]:
+    """log_std range (state-independent Gaussian heads) and whether every parameter is finite."""
+    out: dict[str, float] = {}
+    with th.no_grad():
+        if check_params:
+            params = [p.detach() for p in policy.parameters()]
+            # the max-abs of each tensor in one fused call: inf or NaN anywhere makes it non-finite
+            finite = bool(th.isfinite(th.stack(th._foreach_norm(params, float("inf")))).all()) if params else True
+            out["params_finite"] = 1.0 if finite else 0.0
+        log_std = getattr(policy, "log_std", None)
+        if isinstance(log_std, th.Tensor) and log_std.numel():
+            values = log_std.detach().float()
+            out["log_std_min"] = float(values.min())
+            out["log_std_max"] = float(values.max())
+    return out
+
+
+def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | None:
+    """Largest |mean action| the Gaussian policy gives on a few rollout observations."""
+    if not hasattr(policy, "log_std") or not hasattr(policy, "action_net") or hasattr(policy, "lstm_actor"):
+        return None
+    if not isinstance(observations, np.ndarray):
+        return None
+    flat = observations.reshape(-1, *observations.shape[2:])
+    idx = np.linspace(0, len(flat) - 1, num=min(sample, len(flat))).astype(int)
+    with th.no_grad():
+        obs, _ = policy.obs_to_tensor(flat[idx])
+        features = policy.extract_features(obs)
+        latent_pi = policy.mlp_extractor.forward_actor(features if not isinstance(features, tuple) else features[0])
+        loc = policy.action_net(latent_pi)
+    value = float(loc.abs().max())
+    return value
+
+
+def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
+    """Facts the detectors use to name likely causes."""
+    ctx: dict[str, Any] = {"algo": type(model).__name__}
+    optimizer = getattr(model.policy, "optimizer", None)
+    if optimizer is not None:
+        ctx["optimizer"] = type(optimizer).__name__
+        ctx["weight_decay"] = float(optimizer.param_groups[0].get("weight_decay", 0.0))
+    for name in ("normalize_advantage", "use_sde", "max_grad_norm", "n_steps", "gamma", "ent_coef", "vf_coef"):
+        value = getattr(model, name, None)
+        if isinstance(value, (bool, int, float)):
+            ctx[name] = value
+    ctx["norm_reward"] = bool(vecnorm is not None and vecnorm.norm_reward)
+    ctx["norm_obs"] = bool(vecnorm is not None and vecnorm.norm_obs)
+    space = model.action_space
+    ctx["action_space"] = type(space).__name__
+    ctx["continuous"] = type(space).__name__ == "Box"
+    value_net = getattr(model.policy, "value_net", None)
+    if isinstance(value_net, th.nn.Linear):
+        ctx["value_head_weight_std"] = float(value_net.weight.detach().std()) if value_net.weight.numel() > 1 \
+            else float(value_net.weight.detach().abs().mean())
+    return ctx

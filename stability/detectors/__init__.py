@@ -1,0 +1,13 @@
+"""The detectors, one module per failure class (see ``conf/stability.yaml`` for thresholds)."""
+from stability.detectors._base import Detector
+from stability.detectors._dead_policy_gradient import DeadPolicyGradient
+from stability.detectors._degenerate_reward import DegenerateReward
+from stability.detectors._exploding_updates import ExplodingUpdates
+from stability.detectors._nan_scale import NanScale
+from stability.detectors._stuck_value_loss import StuckValueLoss
+
+DETECTORS: tuple[Detector, ...] = (NanScale(), ExplodingUpdates(), DegenerateReward(), DeadPolicyGradient(),
+                                   StuckValueLoss())
+
+__all__ = ["DETECTORS", "Detector", "DeadPolicyGradient", "DegenerateReward", "ExplodingUpdates", "NanScale",
+           "StuckValueLoss"]

@@ -1,0 +1,71 @@
+"""What every detector is, and the few window helpers they share."""
+from __future__ import annotations
+
+import math
+import statistics
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from stability.signals import History
+from stability.verdict import Finding
+
+
+class Detector(ABC):
+    """A small pure rule: a signal history in, a :class:`Finding` or None out."""
+
+    name: str = ""
+
+    @abstractmethod
+    def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
+        """``t`` holds this detector's thresholds; ``final`` says the run has ended."""
+
+
+def window_size(history: History, t: dict[str, Any]) -> int:
+    """The judged window: the last ``window_fraction`` of updates, at least ``min_updates``."""
+    return max(int(t["min_updates"]), int(len(history) * float(t.get("window_fraction", 0.25))))
+
+
+def median(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def progress(history: History) -> float | None:
+    """Fraction of the planned budget done, when the budget is known."""
+    if not history.total_steps:
+        return None
+    return history.last_step / history.total_steps
+
+
+def first_index(history: History, name: str, test: Any) -> tuple[int, float] | None:
+    """Update index and value of the first value of ``name`` for which the vectorised
+    ``test(values) -> bool array`` holds, or None."""
+    indices, values = history.arrays(name)
+    if not len(values):
+        return None
+    with np.errstate(invalid="ignore"):
+        hits = np.flatnonzero(test(values))
+    return (int(indices[hits[0]]), float(values[hits[0]])) if len(hits) else None
+
+
+def streak_start(history: History, name: str, test: Any) -> int | None:
+    """Update index from which ``test`` has held for every value of ``name`` up to the last."""
+    indices, values = history.arrays(name)
+    if not len(values):
+        return None
+    with np.errstate(invalid="ignore"):
+        misses = np.flatnonzero(~test(values))
+    if not len(misses):
+        return int(indices[0])
+    return int(indices[misses[-1] + 1]) if misses[-1] + 1 < len(values) else None
+
+
+def rel_change(values: list[float]) -> float:
+    """Spread of a signal over a window relative to its size (0 for a frozen signal)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) < 2:
+        return math.nan
+    scale = max(abs(statistics.fmean(finite)), 1e-8)
+    return (max(finite) - min(finite)) / scale

@@ -1,0 +1,128 @@
+"""``dead_policy_gradient``: the policy has stopped changing while the learning rate is not 0.
+
+Judged over the last ``window_fraction`` of updates (at least ``min_updates``):
+- PPO-style runs (approx_kl logged): approx_kl and clip_fraction both about 0 and entropy frozen.
+  clip_fraction near 1 is the opposite case (a decayed clip range clips everything) and never
+  counts as dead; a schedule that has taken the learning rate near 0 is not a failure either.
+- A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
+  entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat.
+A converged policy that got there by learning (returns rose to their best and stay there) is not
+dead: its entropy and KL still move, and its returns show the learning.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stability.detectors._base import Detector, median, rel_change, streak_start, window_size
+from stability.signals import History
+from stability.verdict import Finding
+
+_OFF_POLICY = {"SAC", "TD3", "TQC", "DDPG", "DQN", "QRDQN", "CrossQ"}
+
+
+class DeadPolicyGradient(Detector):
+    name = "dead_policy_gradient"
+
+    def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
+        n = len(history)
+        if n < 2 * t["min_updates"] or history.context.get("algo") in _OFF_POLICY:
+            return None
+        w = window_size(history, t)
+        lr = history.values("learning_rate")
+        if lr and (lr[-1] <= 0 or lr[-1] < t["lr_min_fraction"] * max(lr)):
+            return None
+        evidence: dict[str, Any] = {"window_updates": w}
+        frozen_entropy = _frozen(history, "entropy", w, t, evidence)
+        if history.has("approx_kl"):
+            kl = median(history.values("approx_kl", last=w))
+            clip = median(history.values("clip_fraction", last=w)) if history.has("clip_fraction") else 0.0
+            evidence.update(approx_kl_median=kl, clip_fraction_median=clip)
+            dead = kl < t["kl_max"] and clip < t["clip_fraction_max"] and frozen_entropy is not False
+            onset = streak_start(history, "approx_kl", lambda v: v < t["kl_max"])
+        else:
+            frozen_std = _frozen(history, "std", w, t, evidence)
+            starved = _actor_starved(history, w, t, evidence)
+            dead = bool(frozen_entropy) and frozen_std is not False and starved
+            onset = n - w
+        if not dead or _learned(history, w):
+            return None
+        onset = n - w if onset is None else min(onset, n - w)
+        causes = _causes(history, w, t, evidence)
+        return Finding(self.name, history.step_of(onset),
+                       "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
+                       if history.has("approx_kl") else
+                       "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0",
+                       evidence, _advice(causes), causes)
+
+
+def _frozen(history: History, name: str, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool | None:
+    if not history.has(name):
+        return None
+    change = rel_change(history.values(name, last=w))
+    evidence[f"{name}_rel_change"] = change
+    return bool(math.isfinite(change) and change < t["entropy_rel_change_max"])
+
+
+def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    adv = history.values("adv_std", last=w)
+    if adv and median(adv) < 1e-6:
+        evidence["adv_std_median"] = median(adv)
+        return True
+    actor, total = history.values("grad_norm_actor", last=w), history.values("grad_norm", last=w)
+    if actor and total:
+        share = median(actor) / max(median(total), 1e-12)
+        evidence["actor_grad_share"] = share
+        return share < t["actor_grad_share_max"]
+    return False
+
+
+def _learned(history: History, w: int) -> bool:
+    """Returns rose from the start and sit at their best: a converged learner, not a dead one."""
+    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
+    if len(returns) < 2 * w:
+        return False
+    early, late = median(returns[:w]), median(returns[-w:])
+    spread = max(returns) - min(returns)
+    return spread > 0 and late - early > 0.5 * spread and late >= max(returns) - 0.25 * spread
+
+
+def _causes(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> list[str]:
+    causes = []
+    ctx = history.context
+    override = history.values("override_fraction", last=w)
+    if override and median(override) >= t["override_fraction"]:
+        evidence["override_fraction_median"] = median(override)
+        causes.append(f"the env overrides the agent's action on {median(override):.0%} of steps")
+    distinct, reward_std = history.values("reward_distinct", last=w), history.values("reward_std", last=w)
+    if distinct and median(distinct) <= 2:
+        evidence["reward_distinct_median"] = median(distinct)
+        causes.append(f"rewards are (nearly) constant: {median(distinct):.0f} distinct value(s) per rollout")
+    norm_std = history.values("reward_norm_std", last=w)
+    if ctx.get("norm_reward") and norm_std and reward_std and median(norm_std) < 0.1 * max(median(reward_std), 1e-12):
+        evidence["reward_norm_std_median"] = median(norm_std)
+        causes.append(f"VecNormalize shrinks the rewards the agent sees to std {median(norm_std):.3g}")
+    adv = history.values("adv_std", last=w)
+    if adv:
+        evidence["adv_std_median"] = median(adv)
+        if median(adv) < 1e-3:
+            causes.append(f"advantages have almost no spread (std {median(adv):.3g})")
+    share = evidence.get("actor_grad_share")
+    if share is not None and share < t["actor_grad_share_max"]:
+        causes.append(f"the actor gets {share:.2%} of the gradient norm; the critic dominates the clipped total")
+    return causes
+
+
+def _advice(causes: list[str]) -> list[str]:
+    advice = []
+    text = " ".join(causes)
+    if "overrides" in text:
+        advice.append("train only in phases where the agent's actions are applied (env.kwargs / curriculum)")
+    if "constant" in text or "spread" in text:
+        advice.append("give the constant phases a shaped reward, or shorten them")
+    if "VecNormalize" in text:
+        advice.append("normalize: {reward: false} (or a larger normalize.clip_reward) for sparse rewards")
+    if "critic dominates" in text:
+        advice.append("max_grad_norm: off or separate actor/critic networks; lower vf_coef")
+    advice.append("raise learning_rate or ent_coef only after the causes above are fixed")
+    return advice

@@ -1,0 +1,38 @@
+"""``degenerate_reward``: the rollouts carry no reward signal to learn from.
+
+Certain when, for the last ``min_updates`` rollouts, every raw per-step reward was the same
+value *and* the critic's targets (returns) had no spread: then no advantage can favour any
+action. A constant per-step reward alone is not enough (CartPole pays +1 every step; its
+signal is when episodes end, which shows in the returns' spread).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from stability.detectors._base import Detector, streak_start
+from stability.signals import History
+from stability.verdict import Finding
+
+
+class DegenerateReward(Detector):
+    name = "degenerate_reward"
+
+    def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
+        if not history.has("reward_std"):
+            return None
+        eps = t["spread_eps"]
+        flat = streak_start(history, "reward_std", lambda v: v <= eps)
+        if flat is None or len(history) - flat < t["min_updates"]:
+            return None
+        if history.has("return_std"):
+            flat_returns = streak_start(history, "return_std", lambda v: v <= eps)
+            if flat_returns is None or len(history) - flat_returns < t["min_updates"]:
+                return None
+            flat = max(flat, flat_returns)
+        value = history.values("reward_mean")[-1] if history.has("reward_mean") else float("nan")
+        return Finding(self.name, history.step_of(flat),
+                       f"every step of the last {len(history) - flat} rollouts paid the same reward ({value:.4g})",
+                       {"reward_mean_last": value, "reward_std_last": history.values("reward_std")[-1],
+                        "rollouts_flat": len(history) - flat},
+                       ["check the env's reward function and any stage/curriculum that pays a constant",
+                        "shorten constant-reward phases or give them a shaped reward"])

@@ -1,0 +1,70 @@
+"""``exploding_updates``: updates far larger than the run's own early updates.
+
+The baseline is the run itself: the median of the first ``baseline_fraction`` of updates. A
+pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_loss_ratio``
+times it, or an approx_kl above ``kl_max`` (the new policy barely resembles the old one) count
+as hits; ``min_hits`` of them make it certain. Healthy runs do see gradient norms grow as
+returns grow, by 10-100x; three orders of magnitude is beyond that.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from stability.detectors._base import Detector, median
+from stability.signals import History
+from stability.verdict import Finding
+
+
+class ExplodingUpdates(Detector):
+    name = "exploding_updates"
+
+    def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
+        n = len(history)
+        base_n = max(3, int(n * t["baseline_fraction"]))
+        if n < base_n + 1:
+            return None
+        hits: list[tuple[int, str]] = []
+        evidence: dict[str, Any] = {}
+        for name, ratio in (("grad_norm", t["grad_ratio"]), ("value_loss", t["value_loss_ratio"])):
+            base = median(history.before(name, base_n))
+            if not math.isfinite(base) or base <= 0:
+                continue
+            indices, values = history.arrays(name)
+            with np.errstate(invalid="ignore"):
+                late = (indices >= base_n) & np.isfinite(values) & (values > ratio * base)
+            if late.any():
+                hits.extend((int(i), name) for i in indices[late])
+                evidence[f"{name}_baseline_median"] = base
+                evidence[f"{name}_max"] = float(values[late].max())
+        indices, values = history.arrays("approx_kl")
+        with np.errstate(invalid="ignore"):
+            kl = np.isfinite(values) & (values > t["kl_max"])
+        if kl.any():
+            hits.extend((int(i), "approx_kl") for i in indices[kl])
+            evidence["approx_kl_max"] = float(values[kl].max())
+        if not hits:
+            return None
+        hits.sort()
+        evidence["hits"] = len(hits)
+        certain = len({i for i, _ in hits}) >= t["min_hits"]
+        signals = sorted({name for _, name in hits})
+        return Finding(self.name, history.step_of(hits[0][0]),
+                       f"update size exploded ({', '.join(signals)} far above the run's own early level)",
+                       evidence, ["lower learning_rate", "max_grad_norm: 0.5",
+                                  "normalize: {reward: true} if rewards are large"],
+                       _causes(history), certain=certain)
+
+
+def _causes(history: History) -> list[str]:
+    ctx = history.context
+    causes = []
+    if ctx.get("max_grad_norm") is not None and not math.isfinite(float(ctx["max_grad_norm"])):
+        causes.append("gradient clipping is off")
+    if not ctx.get("norm_reward"):
+        stds = [v for v in history.values("return_std") if math.isfinite(v)]
+        if stds and max(stds) > 100:
+            causes.append(f"unnormalised returns (spread up to {max(stds):.3g})")
+    return causes

@@ -1,0 +1,101 @@
+"""``nan_scale``: the action distribution's scale or loc becomes inf, 0 or NaN.
+
+Certain on torch's distribution-argument error (``Expected parameter scale|loc|logits|probs``),
+on non-finite parameters or losses, on ``train/std`` of 0 or inf, and when log_std has passed
+halfway to float32's exp() limits (exp overflows above ~88.7 and reaches 0 below ~-103).
+A warning before that, when log_std leaves the range any sensible policy uses.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from stability.detectors._base import Detector, first_index
+from stability.signals import History
+from stability.verdict import Finding
+
+_TORCH_ARGUMENT = re.compile(r"Expected parameter (scale|loc|logits|probs|concentration\w*)[^\n]*")
+_LOSSES = ("pg_loss", "value_loss", "loss", "entropy", "approx_kl", "std")
+
+
+class NanScale(Detector):
+    name = "nan_scale"
+
+    def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
+        advice = _advice(history)
+        if history.error:
+            match = _TORCH_ARGUMENT.search(history.error)
+            if match:
+                return Finding(self.name, history.last_step,
+                               f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
+                               {"error": match.group(0)[:400]} | _log_std_evidence(history), advice,
+                               _causes(history))
+        rules = [
+            ("params_finite", lambda v: v < 1.0, "non-finite parameter after the update"),
+            *[(name, lambda v: ~np.isfinite(v), f"{name} is not finite") for name in _LOSSES],
+            ("std", lambda v: v == 0.0, "std is 0"),
+            ("log_std_max", lambda v: v > t["log_std_high"],
+             f"log_std above {t['log_std_high']:g} (std ~ {math.exp(t['log_std_high']):.2g})"),
+            ("log_std_min", lambda v: v < t["log_std_low"],
+             f"log_std below {t['log_std_low']:g} (std ~ {math.exp(t['log_std_low']):.2g})"),
+            ("loc_abs_max", lambda v: ~np.isfinite(v) | (v > t["loc_high"]), f"|mean action| above {t['loc_high']:g}"),
+        ]
+        hits: list[tuple[int, str, float]] = []
+        for name, test, what in rules:
+            found = first_index(history, name, test)
+            if found is not None:
+                hits.append((found[0], what, found[1]))
+        if hits:
+            index, what, value = min(hits, key=lambda h: h[0])
+            onset = history.step_of(_warning_onset(history, t, index))
+            return Finding(self.name, onset, what, {"first_value": value, "at_step": history.step_of(index)}
+                           | _log_std_evidence(history), advice, _causes(history))
+        index = _warning_onset(history, t, None)
+        if index is not None:
+            return Finding(self.name, history.step_of(index),
+                           "log_std is running towards float32's exp() limits", _log_std_evidence(history),
+                           advice, _causes(history), certain=False)
+        return None
+
+
+def _warning_onset(history: History, t: dict[str, Any], fallback: int | None) -> int | None:
+    high = first_index(history, "log_std_max", lambda v: v > t["log_std_warn_high"])
+    low = first_index(history, "log_std_min", lambda v: v < t["log_std_warn_low"])
+    found = [hit[0] for hit in (high, low) if hit is not None]
+    if not found:
+        return fallback
+    return min(found + ([fallback] if fallback is not None else []))
+
+
+def _log_std_evidence(history: History) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("log_std_min", "log_std_max", "std", "grad_norm", "reward_std"):
+        values = history.values(name)
+        if values:
+            out[f"{name}_last"] = values[-1]
+    return out
+
+
+def _causes(history: History) -> list[str]:
+    causes = []
+    ctx = history.context
+    if ctx.get("max_grad_norm") is not None and not math.isfinite(float(ctx["max_grad_norm"])):
+        causes.append("gradient clipping is off (max_grad_norm: off)")
+    rewards = [abs(v) for v in history.values("reward_std") if math.isfinite(v)]
+    if rewards and max(rewards) > 10 and not ctx.get("norm_reward"):
+        causes.append(f"large unnormalised rewards (per-step std up to {max(rewards):.3g})")
+    grads = [v for v in history.values("grad_norm_log_std") if math.isfinite(v)]
+    if grads and max(grads) > 10:
+        causes.append(f"large log_std gradients (up to {max(grads):.3g} before clipping)")
+    return causes
+
+
+def _advice(history: History) -> list[str]:
+    advice = ["set log_std_bounds: [-5, 2]", "lower learning_rate (e.g. a third of the current value)",
+              "max_grad_norm: 0.5"]
+    if not history.context.get("norm_reward"):
+        advice.append("normalize: {reward: true} (or reward_scale: 0.1) for large or spiky rewards")
+    return advice

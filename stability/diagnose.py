@@ -1,0 +1,49 @@
+"""Diagnose a run trained anywhere: a TensorBoard log directory or an MLflow run id.
+
+``diagnose(source)`` reads the run's scalars (SB3 ``train/*`` and ``rollout/*`` keys, CleanRL's
+``losses/*`` and ``charts/*`` keys, and the ``stability/*`` keys the callback writes), maps them
+onto canonical signals and runs every detector over the whole run. A crash text (a traceback)
+can be passed as ``error``; for rlsweep's own MLflow runs the recorded error is used.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from stability.readers import LogReadError, read_mlflow_run, read_tensorboard
+from stability.signals import History
+from stability.thresholds import Thresholds
+from stability.verdict import Verdict, classify
+
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def load_history(source: str | Path, error: str | None = None, tracking_uri: str | None = None) -> History:
+    """The signal history of a TensorBoard directory/file or an MLflow run id."""
+    path = Path(source)
+    if path.exists():
+        scalars = read_tensorboard(path)
+        return History.from_scalars(scalars, error=error)
+    text = str(source)
+    if not _RUN_ID.match(text):
+        raise LogReadError(f"{text}: no such file or directory, and not an MLflow run id (32 hex digits). "
+                           "Give a TensorBoard log directory, an event file, or a run id.", source=text)
+    scalars, tags = read_mlflow_run(text, tracking_uri)
+    context = {}
+    if tags.get("stability.context"):
+        try:
+            context = json.loads(tags["stability.context"])
+        except json.JSONDecodeError:
+            context = {}
+    return History.from_scalars(scalars, context=context, error=error or tags.get("rlsweep.error"))
+
+
+def diagnose(source: str | Path, error: str | None = None, tracking_uri: str | None = None,
+             thresholds: Thresholds | None = None) -> Verdict:
+    """Verdict for a finished run; raises :class:`LogReadError` when the source is unreadable."""
+    history = load_history(source, error, tracking_uri)
+    if not len(history):
+        raise LogReadError(f"{source}: the log holds no training signals this tool knows (SB3 'train/*', "
+                           "CleanRL 'losses/*', or 'stability/*' keys)", source=str(source))
+    return classify(history, thresholds, final=True)

@@ -1,0 +1,34 @@
+"""Read the scalars a finished (or running) training run logged, in the form
+:meth:`stability.signals.History.from_scalars` takes: ``{key: [(step, value), ...]}``.
+
+* :func:`read_tensorboard` reads TensorBoard event files (a directory, searched recursively,
+  or one file) without TensorFlow; needs the ``tensorboard`` package (for its protobufs).
+* :func:`read_mlflow_run` reads every metric history and the tags of one MLflow run; needs
+  ``mlflow``.
+
+Both raise :class:`LogReadError` when nothing usable can be read; its text is a complete,
+one-paragraph explanation naming the file or run. A partial read (a truncated last record, a
+corrupt record that was skipped, an empty file next to good ones) returns what was readable and
+emits a :class:`LogReadWarning`. Importing this package is cheap: the protobuf, tensorboard and
+mlflow imports happen inside the functions.
+"""
+from __future__ import annotations
+
+
+class LogReadError(Exception):
+    """A training log could not be read. ``source`` names the file, directory or run."""
+
+    def __init__(self, message: str, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class LogReadWarning(UserWarning):
+    """Part of a log could not be read; what could be read was returned."""
+
+
+# Defined above the imports below: the submodules import the two classes from this package.
+from stability.readers._mlflow import read_mlflow_run  # noqa: E402
+from stability.readers._tensorboard import read_tensorboard  # noqa: E402
+
+__all__ = ["LogReadError", "LogReadWarning", "read_mlflow_run", "read_tensorboard"]

@@ -1,0 +1,119 @@
+"""Detector thresholds: documented defaults, overridable from a YAML file.
+
+The defaults are the values in ``conf/stability.yaml``, which gives the reasoning for each
+(a test keeps the two equal). A file only needs the keys it changes; an unknown key is an
+error naming the file and the key path.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "nan_scale": {
+        "enabled": True,
+        "log_std_warn_high": 7.0,
+        "log_std_warn_low": -20.0,
+        "log_std_high": 44.0,
+        "log_std_low": -52.0,
+        "loc_high": 1.0e6,
+    },
+    "exploding_updates": {
+        "enabled": True,
+        "baseline_fraction": 0.2,
+        "grad_ratio": 1000.0,
+        "value_loss_ratio": 1.0e4,
+        "kl_max": 1.0,
+        "min_hits": 3,
+    },
+    "degenerate_reward": {
+        "enabled": True,
+        "min_updates": 10,
+        "spread_eps": 1.0e-8,
+    },
+    "dead_policy_gradient": {
+        "enabled": True,
+        "min_updates": 10,
+        "window_fraction": 0.25,
+        "kl_max": 1.0e-4,
+        "clip_fraction_max": 0.01,
+        "entropy_rel_change_max": 0.01,
+        "actor_grad_share_max": 0.01,
+        "lr_min_fraction": 0.05,
+        "override_fraction": 0.5,
+    },
+    "stuck_value_loss": {
+        "enabled": True,
+        "min_updates": 20,
+        "window_fraction": 0.25,
+        "min_progress": 0.5,
+        "fall_ratio": 0.8,
+        "ev_max": 0.05,
+        "relative_floor": 0.01,
+        "weight_decay": 0.01,
+        "return_scale": 100.0,
+    },
+}
+
+
+class ThresholdError(ValueError):
+    """A thresholds file that cannot be used; the message names the file and the key path."""
+
+
+class Thresholds:
+    """Per-detector parameters: the defaults with a file's overrides applied."""
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None, source: str = "<thresholds>") -> None:
+        self.source = source
+        self.values = copy.deepcopy(DEFAULTS)
+        problems: list[str] = []
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise ThresholdError(f"{source}: expected a mapping of detector names, got {type(overrides).__name__}")
+        for name, section in (overrides or {}).items():
+            if name not in DEFAULTS:
+                problems.append(f"{name}: unknown detector; allowed: {', '.join(DEFAULTS)}")
+                continue
+            if not isinstance(section, Mapping):
+                problems.append(f"{name}: expected a mapping of thresholds, got {section!r}")
+                continue
+            for key, value in section.items():
+                problems.extend(self._set(name, key, value))
+        if problems:
+            raise ThresholdError(f"{source}: {len(problems)} error{'s' * (len(problems) > 1)}\n  "
+                                 + "\n  ".join(problems))
+
+    def _set(self, name: str, key: str, value: Any) -> list[str]:
+        default = DEFAULTS[name].get(key)
+        if default is None:
+            return [f"{name}.{key}: unknown threshold; allowed: {', '.join(DEFAULTS[name])}"]
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                return [f"{name}.{key}: expected true or false, got {value!r}"]
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            return [f"{name}.{key}: expected a number, got {value!r}"]
+        elif isinstance(default, int) and not float(value).is_integer():
+            return [f"{name}.{key}: expected an integer, got {value!r}"]
+        self.values[name][key] = type(default)(value)
+        return []
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Thresholds":
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise ThresholdError(f"{path}: cannot read thresholds: {error}") from None
+        return cls(data or {}, source=str(path))
+
+    def of(self, name: str) -> dict[str, Any]:
+        return self.values[name]
+
+    def enabled(self, name: str) -> bool:
+        return bool(self.values.get(name, {}).get("enabled", True))
+
+    def known_verdicts(self) -> tuple[str, ...]:
+        return tuple(DEFAULTS)

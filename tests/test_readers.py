@@ -1,0 +1,245 @@
+"""stability.readers: TensorBoard event files and MLflow runs back into ``{key: [(step, value)]}``."""
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stability.readers import LogReadError, LogReadWarning, read_mlflow_run, read_tensorboard
+from stability.readers._tensorboard import masked_crc32c
+from stability.signals import History
+from tests.helpers import REPO, subprocess_env
+
+
+def f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def write_scalars(logdir: Path, series: dict[str, list[tuple[int, float]]], **kwargs) -> Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(logdir))
+    for tag, points in series.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step, **kwargs)
+    writer.close()
+    (path,) = logdir.glob("events.out.tfevents.*")
+    return path
+
+
+def record(payload: bytes) -> bytes:
+    header = struct.pack("<Q", len(payload))
+    return (header + struct.pack("<I", masked_crc32c(header)) + payload
+            + struct.pack("<I", masked_crc32c(payload)))
+
+
+def record_offsets(data: bytes) -> list[int]:
+    offsets, pos = [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 16 + struct.unpack_from("<Q", data, pos)[0]
+    return offsets
+
+
+SERIES = {"train/value_loss": [(0, 1.5), (10, 0.25), (20, -3.0)], "train/approx_kl": [(0, 0.01), (10, 0.02)]}
+
+
+def test_roundtrip_simple_value(tmp_path: Path) -> None:
+    write_scalars(tmp_path, SERIES)
+    got = read_tensorboard(tmp_path)
+    assert got == {tag: [(s, f32(v)) for s, v in pts] for tag, pts in SERIES.items()}
+    history = History.from_scalars(got)
+    assert history.steps == [0, 10, 20] and history.values("value_loss") == [1.5, 0.25, -3.0]
+
+
+def test_roundtrip_tensor_form_and_single_file(tmp_path: Path) -> None:
+    path = write_scalars(tmp_path, SERIES, new_style=True)  # TF2-style: float tensor + "scalars" plugin
+    assert read_tensorboard(path) == {tag: [(s, f32(v)) for s, v in pts] for tag, pts in SERIES.items()}
+
+
+def test_tensor_variants_and_non_scalars(tmp_path: Path) -> None:
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
+
+    def event(step: int, value: summary_pb2.Summary.Value) -> bytes:
+        return event_pb2.Event(step=step, wall_time=1.0 + step, summary=summary_pb2.Summary(value=[value])).SerializeToString()
+
+    scalars = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    histograms = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="histograms"))
+    double = tensor_pb2.TensorProto(dtype=2, tensor_content=struct.pack("<d", 0.1))
+    later = tensor_pb2.TensorProto(dtype=2, double_val=[0.2])
+    matrix = tensor_pb2.TensorProto(dtype=1, float_val=[1.0] * 6, tensor_shape=tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2), tensor_shape_pb2.TensorShapeProto.Dim(size=3)]))
+    data = record(event_pb2.Event(wall_time=0.0, file_version="brain.Event:2").SerializeToString())
+    data += record(event(1, summary_pb2.Summary.Value(tag="x", tensor=double, metadata=scalars)))
+    data += record(event(2, summary_pb2.Summary.Value(tag="x", tensor=later)))  # metadata only sent once
+    data += record(event(1, summary_pb2.Summary.Value(tag="h", tensor=matrix, metadata=histograms)))
+    data += record(event(2, summary_pb2.Summary.Value(tag="one", tensor=tensor_pb2.TensorProto(dtype=1, float_val=[7.0]),
+                                                      metadata=histograms)))
+    (tmp_path / "events.out.tfevents.1.tf2").write_bytes(data)
+    assert read_tensorboard(tmp_path) == {"x": [(1, 0.1), (2, 0.2)]}
+
+
+def test_directory_merges_files_recursively_sorted_by_step(tmp_path: Path) -> None:
+    write_scalars(tmp_path / "a", {"loss": [(0, 1.0), (20, 3.0)]})
+    time.sleep(0.01)
+    write_scalars(tmp_path / "b" / "nested", {"loss": [(10, 2.0)], "other": [(5, 9.0)]})
+    assert read_tensorboard(tmp_path) == {"loss": [(0, 1.0), (10, 2.0), (20, 3.0)], "other": [(5, 9.0)]}
+
+
+def test_non_finite_values_are_kept(tmp_path: Path) -> None:
+    write_scalars(tmp_path, {"loss": [(0, float("nan")), (1, float("inf"))]})
+    (nan, inf) = read_tensorboard(tmp_path)["loss"]
+    assert np.isnan(nan[1]) and inf == (1, float("inf"))
+
+
+def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
+    with pytest.raises(LogReadError, match="no such file or directory"):
+        read_tensorboard(tmp_path / "nope")
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "notes.txt").write_text("hello")
+    with pytest.raises(LogReadError, match=r"no TensorBoard event files"):
+        read_tensorboard(tmp_path / "empty")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    empty = tmp_path / "events.out.tfevents.0.empty"
+    empty.write_bytes(b"")
+    with pytest.raises(LogReadError, match=r"empty \(0 bytes"):
+        read_tensorboard(empty)
+    write_scalars(tmp_path / "good", SERIES)
+    with pytest.warns(LogReadWarning, match="empty"):
+        assert read_tensorboard(tmp_path)["train/approx_kl"] == [(0, f32(0.01)), (10, f32(0.02))]
+
+
+def test_truncated_last_record_returns_prefix(tmp_path: Path) -> None:
+    path = write_scalars(tmp_path, {"loss": [(0, 1.0), (1, 2.0), (2, 3.0)]})
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])
+    with pytest.warns(LogReadWarning, match=r"truncated record at byte \d+ \(.*was the writer killed"):
+        assert read_tensorboard(path) == {"loss": [(0, 1.0), (1, 2.0)]}
+    with pytest.raises(LogReadError, match="truncated record"):
+        read_tensorboard(path, strict=True)
+    path.write_bytes(data[:record_offsets(data)[1] + 7])  # the file-version record and a few bytes
+    with pytest.raises(LogReadError, match=r"none holds a scalar.*truncated record at byte"):
+        read_tensorboard(path)
+    path.write_bytes(data[:20])
+    with pytest.raises(LogReadError, match="nothing could be read: truncated record at byte 0"):
+        read_tensorboard(path)
+
+
+def test_corrupted_checksums(tmp_path: Path) -> None:
+    path = write_scalars(tmp_path, {"loss": [(0, 1.0), (1, 2.0), (2, 3.0)]})
+    data = bytearray(path.read_bytes())
+    offsets = record_offsets(bytes(data))
+    data[offsets[2] + 14] ^= 0xFF  # payload of the step-1 record
+    path.write_bytes(bytes(data))
+    with pytest.warns(LogReadWarning, match=rf"corrupt record at byte {offsets[2]} \(data checksum"):
+        assert read_tensorboard(path) == {"loss": [(0, 1.0), (2, 3.0)]}
+    data[offsets[2] + 14] ^= 0xFF
+    data[offsets[2] + 9] ^= 0xFF  # its length checksum: the rest of the file cannot be framed
+    path.write_bytes(bytes(data))
+    with pytest.warns(LogReadWarning, match=rf"corrupt record header at byte {offsets[2]}"):
+        assert read_tensorboard(path) == {"loss": [(0, 1.0)]}
+
+
+def test_foreign_files(tmp_path: Path) -> None:
+    noise = tmp_path / "events.out.tfevents.1.noise"
+    noise.write_bytes(np.random.default_rng(0).bytes(4096))
+    text = tmp_path / "events.out.tfevents.2.text"
+    text.write_text("step,loss\n0,1.0\n1,0.5\n")
+    for path in (noise, text):
+        with pytest.raises(LogReadError, match=rf"{path.name}: nothing could be read: not a TensorBoard event file"):
+            read_tensorboard(path)
+    with pytest.raises(LogReadError, match=r"\(2 event files\): nothing could be read"):
+        read_tensorboard(tmp_path)
+
+
+def test_event_files_without_scalars(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_text("notes", "hello", 0)
+    writer.add_histogram("weights", np.arange(10.0), 0)
+    writer.close()
+    with pytest.raises(LogReadError, match=r"none holds a scalar summary \(found only non-scalar summaries, "
+                                           r"with tags notes/text_summary, weights\)"):
+        read_tensorboard(tmp_path)
+
+
+def test_import_is_cheap() -> None:
+    code = ("import sys, stability.readers; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mlflow', 'tensorboard', 'google', 'torch', "
+            "'sweeps', 'optuna', 'ray'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------------- MLflow
+
+def test_read_mlflow_run(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("readers"), tags={"algo": "ppo"})
+    run_id = run.info.run_id
+    for step, value in [(2, 0.5), (0, 2.0), (1, 1.0)]:
+        client.log_metric(run_id, "train/value_loss", value, step=step)
+    for step, value in [(0, 0.01), (1, float("nan"))]:
+        client.log_metric(run_id, "train/approx_kl", value, step=step)
+    client.set_terminated(run_id)
+
+    scalars, tags = read_mlflow_run(run_id, uri)
+    assert scalars["train/value_loss"] == [(0, 2.0), (1, 1.0), (2, 0.5)]
+    assert scalars["train/approx_kl"][0] == (0, 0.01) and np.isnan(scalars["train/approx_kl"][1][1])
+    assert set(scalars) == {"train/value_loss", "train/approx_kl"}
+    assert tags["algo"] == "ppo" and "mlflow.runName" in tags
+
+    with pytest.raises(LogReadError, match=rf"no MLflow run with id '0123456789abcdef0123456789abcdef' in the "
+                                           rf"tracking store '{uri}'"):
+        read_mlflow_run("0123456789abcdef0123456789abcdef", uri)
+    with pytest.raises(LogReadError, match=r"cannot read MLflow run '\.\./x'.*INVALID_PARAMETER_VALUE"):
+        read_mlflow_run("../x", uri)
+
+
+def test_read_mlflow_run_missing_or_unreachable_store(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    with pytest.raises(LogReadError, match=rf"'abc'.*sqlite:///{missing}.*does not exist"):
+        read_mlflow_run("abc", f"sqlite:///{missing}")
+    assert not missing.exists()  # reading never creates a store
+    with pytest.raises(LogReadError, match="local folder that does not exist"):
+        read_mlflow_run("abc", str(tmp_path / "mlruns"))
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(LogReadError, match=rf"'abc'.*'http://\*\*\*@127.0.0.1:{port}' is not reachable"):
+        read_mlflow_run("abc", f"http://user:secret@127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+
+
+# --------------------------------------------------------------------------------------------- repro script
+
+def test_cleanrl_repro_script_logs_cleanrl_tags(tmp_path: Path) -> None:
+    script = REPO / "conf" / "repro" / "cleanrl_ppo.py"
+    proc = subprocess.run([sys.executable, str(script), "--total-timesteps", "2048", "--num-envs", "2",
+                           "--num-steps", "256", "--update-epochs", "2", "--dropout-in-forward",
+                           "--head-std", "1.0", "--weight-decay", "0.1", "--unassigned-to-device",
+                           "--logdir", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    scalars = read_tensorboard(tmp_path / "run")
+    tags = {"losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/clipfrac",
+            "losses/explained_variance", "losses/entropy", "losses/grad_norm", "charts/episodic_return",
+            "charts/learning_rate"}
+    assert tags <= set(scalars)
+    assert [step for step, _ in scalars["losses/value_loss"]] == [512, 1024, 1536, 2048]
+    assert len(scalars["charts/episodic_return"]) == 2 * (1024 // 200)  # 2 envs, 200-step episodes
+    history = History.from_scalars(scalars)
+    assert all(len(history.values(n)) == 4 for n in ("value_loss", "clip_fraction", "grad_norm", "entropy"))
