@@ -26,7 +26,7 @@ def plot_signals(history: History, verdict: Verdict, path: str | Path, title: st
 
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), constrained_layout=True)
     for ax, (label, names) in zip(axes.flat, PANELS):
-        drawn = False
+        drawn, positive, wants_log = False, True, False
         for name in names:
             points = [(s, v) for s, v in history.points(name) if math.isfinite(v)]
             if not points:
@@ -34,8 +34,10 @@ def plot_signals(history: History, verdict: Verdict, path: str | Path, title: st
             xs, ys = zip(*points)
             ax.plot(xs, ys, label=name, linewidth=1.2)
             drawn = True
-            if name in _LOG_SCALE and all(y > 0 for y in ys):
-                ax.set_yscale("log")
+            positive = positive and all(y > 0 for y in ys)
+            wants_log = wants_log or name in _LOG_SCALE
+        if drawn and wants_log and positive:  # log only where every line can be drawn on it
+            ax.set_yscale("log")
         ax.set_title(label, fontsize=10)
         if drawn:
             ax.legend(fontsize=7, loc="best")

@@ -36,7 +36,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "dead_policy_gradient": {
         "enabled": True,
         "min_updates": 10,
+        "min_window": 5,
         "window_fraction": 0.25,
+        "min_progress": 0.5,
         "kl_max": 1.0e-4,
         "clip_fraction_max": 0.01,
         "entropy_rel_change_max": 0.01,
@@ -47,6 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stuck_value_loss": {
         "enabled": True,
         "min_updates": 20,
+        "min_window": 5,
         "window_fraction": 0.25,
         "min_progress": 0.5,
         "fall_ratio": 0.8,

@@ -117,9 +117,18 @@ def _read_class(name: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return None
 
 
+SCHEDULED = ("clip_range", "clip_range_vf")
+
+
 def resolve_kwargs(hyperparams: dict[str, Any]) -> dict[str, Any]:
     """Turn YAML-friendly values into what SB3 expects (``activation_fn: tanh`` -> ``nn.Tanh``)."""
     kwargs = dict(hyperparams)
+    for key in SCHEDULED:  # rl-zoo3's "lin_0.2": linear from 0.2 to 0 over training
+        value = kwargs.get(key)
+        if isinstance(value, str) and value.startswith("lin_"):
+            from sweeps.knobs import LinearSchedule
+
+            kwargs[key] = LinearSchedule(float(value[len("lin_"):]))
     policy_kwargs = dict(kwargs.get("policy_kwargs") or {})
     act = policy_kwargs.get("activation_fn")
     if isinstance(act, str):

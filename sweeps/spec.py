@@ -349,7 +349,24 @@ def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue
     for where, value in candidates:
         if value not in ACTIVATIONS:
             issues.append(Issue(f"{where}.{key}", one_of(value, ACTIVATIONS)))
+    from sweeps.algos import SCHEDULED
+
+    for key in SCHEDULED:
+        values = [("hyperparams", fixed[key])] if key in fixed else []
+        if key in dims and dims[key].kind == "choice":
+            values += [("space", v) for v in dims[key].values]
+        for where, value in values:
+            if isinstance(value, str) and not _is_lin(value):
+                issues.append(Issue(f"{where}.{key}", f"expected a number or 'lin_X' (linear from X to 0), "
+                                                      f"got {value!r}"))
     return issues
+
+
+def _is_lin(value: str) -> bool:
+    try:
+        return value.startswith("lin_") and float(value[4:]) > 0
+    except ValueError:
+        return False
 
 
 def _sampler_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:

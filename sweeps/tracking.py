@@ -42,6 +42,8 @@ class MlflowTracker:
                                                                tags={TAG_SWEEP: sweep})
         else:
             self.experiment_id = found.experiment_id
+            if found.lifecycle_stage == "deleted":  # deleted in the UI, then the sweep rerun: bring it back
+                self.client.restore_experiment(found.experiment_id)
         self._buffers: dict[str, list] = {}
         self._last_flush = time.monotonic()
 

@@ -23,8 +23,8 @@ class Detector(ABC):
 
 
 def window_size(history: History, t: dict[str, Any]) -> int:
-    """The judged window: the last ``window_fraction`` of updates, at least ``min_updates``."""
-    return max(int(t["min_updates"]), int(len(history) * float(t.get("window_fraction", 0.25))))
+    """The judged window: the last ``window_fraction`` of updates, at least ``min_window``."""
+    return max(int(t["min_window"]), int(len(history) * float(t["window_fraction"])))
 
 
 def median(values: list[float]) -> float:
@@ -69,3 +69,15 @@ def rel_change(values: list[float]) -> float:
         return math.nan
     scale = max(abs(statistics.fmean(finite)), 1e-8)
     return (max(finite) - min(finite)) / scale
+
+
+def returns_rose(history: History, w: int, at_best: bool = False) -> bool:
+    """Episode returns rose from the first window to the last by most of their range and by
+    over 10% of their own size (noise does neither); with ``at_best``, they also sit near their best."""
+    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
+    if len(returns) < 2 * w:
+        return False
+    early, late = median(returns[:w]), median(returns[-w:])
+    spread, gain = max(returns) - min(returns), late - early
+    rose = spread > 0 and gain > 0.5 * spread and gain > 0.1 * max(abs(early), abs(late))
+    return rose and (not at_best or late >= max(returns) - 0.25 * spread)

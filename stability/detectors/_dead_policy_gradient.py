@@ -1,9 +1,13 @@
 """``dead_policy_gradient``: the policy has stopped changing while the learning rate is not 0.
 
-Judged over the last ``window_fraction`` of updates (at least ``min_updates``):
-- PPO-style runs (approx_kl logged): approx_kl and clip_fraction both about 0 and entropy frozen.
-  clip_fraction near 1 is the opposite case (a decayed clip range clips everything) and never
-  counts as dead; a schedule that has taken the learning rate near 0 is not a failure either.
+Judged over the last ``window_fraction`` of updates, once ``min_progress`` of the budget is done
+(or at the end of a run of unknown budget):
+- PPO-style runs (approx_kl logged): clip_fraction about 0, and either approx_kl about 0 with
+  entropy frozen over the window, or entropy still at its very first value (a policy that only
+  jitters around its initial distribution: the report's entropy of exactly ln 16 with approx_kl
+  ~1e-3 from noise). clip_fraction near 1 is the opposite case (a decayed clip range clips
+  everything) and never counts as dead; a schedule that has taken the learning rate near 0 is
+  not a failure either.
 - A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
@@ -14,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stability.detectors._base import Detector, median, rel_change, streak_start, window_size
+from stability.detectors._base import Detector, median, progress, rel_change, returns_rose, streak_start, window_size
 from stability.signals import History
 from stability.verdict import Finding
 
@@ -28,6 +32,9 @@ class DeadPolicyGradient(Detector):
         n = len(history)
         if n < 2 * t["min_updates"] or history.context.get("algo") in _OFF_POLICY:
             return None
+        done = progress(history)
+        if not final and (done is None or done < t["min_progress"]):
+            return None
         w = window_size(history, t)
         lr = history.values("learning_rate")
         if lr and (lr[-1] <= 0 or lr[-1] < t["lr_min_fraction"] * max(lr)):
@@ -38,14 +45,15 @@ class DeadPolicyGradient(Detector):
             kl = median(history.values("approx_kl", last=w))
             clip = median(history.values("clip_fraction", last=w)) if history.has("clip_fraction") else 0.0
             evidence.update(approx_kl_median=kl, clip_fraction_median=clip)
-            dead = kl < t["kl_max"] and clip < t["clip_fraction_max"] and frozen_entropy is not False
-            onset = streak_start(history, "approx_kl", lambda v: v < t["kl_max"])
+            quiet = kl < t["kl_max"] and frozen_entropy is not False
+            dead = clip < t["clip_fraction_max"] and (quiet or _never_moved(history, t, evidence))
+            onset = streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
             starved = _actor_starved(history, w, t, evidence)
             dead = bool(frozen_entropy) and frozen_std is not False and starved
             onset = n - w
-        if not dead or _learned(history, w):
+        if not dead or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
         onset = n - w if onset is None else min(onset, n - w)
         causes = _causes(history, w, t, evidence)
@@ -64,6 +72,17 @@ def _frozen(history: History, name: str, w: int, t: dict[str, Any], evidence: di
     return bool(math.isfinite(change) and change < t["entropy_rel_change_max"])
 
 
+def _never_moved(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """Entropy still within ``entropy_rel_change_max`` of its first value, over the whole run."""
+    entropy = [v for v in history.values("entropy") if math.isfinite(v)]
+    if len(entropy) < 2:
+        return False
+    first, drift = entropy[0], max(abs(v - entropy[0]) for v in entropy)
+    moved = drift / max(abs(first), 0.1)
+    evidence.update(entropy_first=first, entropy_last=entropy[-1], entropy_max_drift=moved)
+    return moved < t["entropy_rel_change_max"]
+
+
 def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
     adv = history.values("adv_std", last=w)
     if adv and median(adv) < 1e-6:
@@ -75,16 +94,6 @@ def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[s
         evidence["actor_grad_share"] = share
         return share < t["actor_grad_share_max"]
     return False
-
-
-def _learned(history: History, w: int) -> bool:
-    """Returns rose from the start and sit at their best: a converged learner, not a dead one."""
-    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
-    if len(returns) < 2 * w:
-        return False
-    early, late = median(returns[:w]), median(returns[-w:])
-    spread = max(returns) - min(returns)
-    return spread > 0 and late - early > 0.5 * spread and late >= max(returns) - 0.25 * spread
 
 
 def _causes(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> list[str]:
@@ -108,6 +117,9 @@ def _causes(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any
         if median(adv) < 1e-3:
             causes.append(f"advantages have almost no spread (std {median(adv):.3g})")
     share = evidence.get("actor_grad_share")
+    actor, total = history.values("grad_norm_actor", last=w), history.values("grad_norm", last=w)
+    if share is None and actor and total:
+        share = evidence["actor_grad_share"] = median(actor) / max(median(total), 1e-12)
     if share is not None and share < t["actor_grad_share_max"]:
         causes.append(f"the actor gets {share:.2%} of the gradient norm; the critic dominates the clipped total")
     return causes

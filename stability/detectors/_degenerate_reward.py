@@ -1,9 +1,10 @@
 """``degenerate_reward``: the rollouts carry no reward signal to learn from.
 
 Certain when, for the last ``min_updates`` rollouts, every raw per-step reward was the same
-value *and* the critic's targets (returns) had no spread: then no advantage can favour any
-action. A constant per-step reward alone is not enough (CartPole pays +1 every step; its
-signal is when episodes end, which shows in the returns' spread).
+value *and* every episode returned the same total: then no advantage can favour any action
+(the critic's bootstrapped targets may still vary; that is its own noise, not a signal). A
+constant per-step reward alone is not enough: CartPole pays +1 every step, and its signal is
+when episodes end, which shows in the episodes' returns.
 """
 from __future__ import annotations
 
@@ -18,17 +19,15 @@ class DegenerateReward(Detector):
     name = "degenerate_reward"
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
-        if not history.has("reward_std"):
-            return None
+        if not history.has("reward_std") or not history.has("ep_return"):
+            return None  # without episode returns a constant reward proves nothing (CartPole)
         eps = t["spread_eps"]
         flat = streak_start(history, "reward_std", lambda v: v <= eps)
         if flat is None or len(history) - flat < t["min_updates"]:
             return None
-        if history.has("return_std"):
-            flat_returns = streak_start(history, "return_std", lambda v: v <= eps)
-            if flat_returns is None or len(history) - flat_returns < t["min_updates"]:
-                return None
-            flat = max(flat, flat_returns)
+        returns = history.values("ep_return", last=len(history) - flat)
+        if len(returns) < t["min_updates"] or max(returns) - min(returns) > eps * max(1.0, abs(returns[0])):
+            return None
         value = history.values("reward_mean")[-1] if history.has("reward_mean") else float("nan")
         return Finding(self.name, history.step_of(flat),
                        f"every step of the last {len(history) - flat} rollouts paid the same reward ({value:.4g})",

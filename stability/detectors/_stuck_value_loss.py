@@ -5,14 +5,16 @@ the value loss over the last window has not fallen below ``fall_ratio`` times it
 the first window, explained variance stays at or below ``ev_max``, and the loss is not small
 against the returns it fits (``value_loss / mean(return^2) >= relative_floor``; a converged
 policy with near-constant returns has EV <= 0 and a tiny, flat loss: that is not stuck).
-Explained variance is never used alone.
+Explained variance is never used alone. When the episode returns are clearly rising (the critic
+chases moving targets) the finding is only a warning, unless the critic's output is pinned
+(|EV| < 1e-3: a constant prediction, e.g. under heavy weight decay).
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from stability.detectors._base import Detector, median, progress, window_size
+from stability.detectors._base import Detector, median, progress, returns_rose, window_size
 from stability.signals import History
 from stability.verdict import Finding
 
@@ -43,20 +45,15 @@ class StuckValueLoss(Detector):
             evidence["value_loss_over_return_sq"] = relative
             if relative < t["relative_floor"]:
                 return None
-        elif _returns_improving(history, w):
-            return None
         causes = _causes(history, t, evidence)
+        # A critic chasing returns that rise as the policy improves (small rollouts, growing
+        # episodes) lags without being stuck: a warning, unless its output is pinned (EV ~ 0 exactly).
+        lagging = returns_rose(history, w) and abs(ev) >= 1e-3
+        if lagging:
+            causes.insert(0, "the returns it fits are rising as the policy improves; the critic lags behind them")
         return Finding(self.name, history.step_of(n - w),
                        f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
-                       evidence, _advice(causes), causes)
-
-
-def _returns_improving(history: History, w: int) -> bool:
-    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
-    if len(returns) < 2 * w:
-        return False
-    spread = max(returns) - min(returns)
-    return spread > 0 and median(returns[-w:]) - median(returns[:w]) > 0.5 * spread
+                       evidence, _advice(causes), causes, certain=not lagging)
 
 
 def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> list[str]:
@@ -68,6 +65,10 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> li
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)
         causes.append(f"returns of scale {median(rms):.3g} reach the critic unnormalised")
+    ev = evidence.get("explained_variance_median")
+    if ev is not None and abs(ev) < 1e-3:
+        causes.append(f"the critic predicts a near-constant (explained variance {ev:.1e}): its weights are pinned "
+                      "(e.g. by weight decay) or its output is saturated")
     head = ctx.get("value_head_weight_std")
     if head is not None and head > 0.5:
         causes.append(f"the value head starts large (weight std {head:.2g})")
@@ -76,7 +77,7 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> li
 
 def _advice(causes: list[str]) -> list[str]:
     text, advice = " ".join(causes), []
-    if "weight decay" in text:
+    if "weight decay" in text or "pinned" in text:
         advice.append("weight_decay: 0 (or <= 1e-4), optimizer: adam")
     if "unnormalised" in text:
         advice.append("normalize: {reward: true} or reward_scale to bring returns near 1")

@@ -1,0 +1,212 @@
+"""Detectors, verdicts and thresholds on constructed signal histories (no training)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stability import History, Thresholds, ThresholdError, classify
+from stability.signals import History as H
+from stability.thresholds import DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_SCALE_ERROR = (
+    "Traceback (most recent call last):\n  ...\nValueError: Expected parameter scale (Tensor of shape (1, 4)) of "
+    "distribution Normal(loc: torch.Size([1, 4]), scale: torch.Size([1, 4])) to satisfy the constraint "
+    "GreaterThan(lower_bound=0.0), but found invalid values:\ntensor([[inf, inf, 0., 0.]])")
+
+
+def ppo_history(n: int = 40, kl: float = 5e-3, clip: float = 0.1, **extra: list) -> History:
+    """A PPO-like history; ``extra`` gives whole series (length n) to add or replace."""
+    h = H(total_steps=n * 100)
+    for i in range(n):
+        values = {"approx_kl": kl, "clip_fraction": clip, "entropy": 0.6 - 0.005 * i + 0.01 * math.sin(i),
+                  "value_loss": 10.0 / (1 + i), "explained_variance": 0.8, "learning_rate": 3e-4,
+                  "pg_loss": -0.01, "ep_return": 20.0 + i}
+        values |= {k: v[i] for k, v in extra.items()}
+        h.add(100 * (i + 1), values)
+    return h
+
+
+def test_import_stays_light():
+    code = ("import sys, stability, stability.detectors, stability.readers; "
+            "print([m for m in ('torch', 'optuna', 'mlflow', 'ray', 'sweeps', 'stable_baselines3') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_conf_file_holds_the_defaults():
+    assert yaml.safe_load((ROOT / "conf" / "stability.yaml").read_text()) == DEFAULTS
+    assert Thresholds.load(ROOT / "conf" / "stability.yaml").values == DEFAULTS
+
+
+def test_thresholds_file_errors_name_file_and_key(tmp_path):
+    bad = tmp_path / "t.yaml"
+    bad.write_text("nan_scale: {log_std_hgh: 3}\ndead_policy_gradient: {kl_max: fast}\nbogus: {}\n")
+    with pytest.raises(ThresholdError) as err:
+        Thresholds.load(bad)
+    text = str(err.value)
+    assert text.startswith(f"{bad}: 3 errors")
+    assert "nan_scale.log_std_hgh: unknown threshold" in text
+    assert "dead_policy_gradient.kl_max: expected a number, got 'fast'" in text
+    assert "bogus: unknown detector" in text
+    assert Thresholds({"nan_scale": {"log_std_high": 30}}).of("nan_scale")["log_std_high"] == 30.0
+
+
+def test_healthy_history_is_healthy():
+    verdict = classify(ppo_history(), final=True)
+    assert verdict.verdict == "healthy" and verdict.findings == []
+
+
+# --- nan_scale ------------------------------------------------------------------------------
+def test_torch_scale_error_is_nan_scale_not_a_crash():
+    h = ppo_history(10)
+    h.error = TORCH_SCALE_ERROR
+    verdict = classify(h, final=True)
+    assert verdict.verdict == "nan_scale" and verdict.onset_step == h.last_step
+    assert "Expected parameter scale" in verdict.findings[0].evidence["error"]
+    assert any("log_std_bounds" in a for a in verdict.findings[0].advice)
+
+
+def test_non_finite_loss_gives_onset_at_its_update():
+    losses = [1.0] * 12 + [math.nan] * 3
+    verdict = classify(ppo_history(15, value_loss=losses))
+    assert verdict.verdict == "nan_scale" and verdict.onset_step == 1300
+
+
+def test_log_std_warns_then_is_certain():
+    rising = [0.5 * i for i in range(40)]  # crosses 7 at update 15 (step 1600), never reaches 44
+    verdict = classify(ppo_history(40, log_std_max=rising, log_std_min=[0.0] * 40))
+    assert verdict.verdict == "healthy"
+    assert [(f.kind, f.certain, f.onset_step) for f in verdict.warnings] == [("nan_scale", False, 1600)]
+    verdict = classify(ppo_history(40, log_std_max=[1.5 * i for i in range(40)], log_std_min=[0.0] * 40))
+    assert verdict.verdict == "nan_scale" and verdict.findings[0].certain
+    assert verdict.onset_step == 600  # from the warning, not from crossing 44
+
+
+# --- dead_policy_gradient -------------------------------------------------------------------
+def test_frozen_ppo_policy_is_dead():
+    flat = [20.0] * 40
+    verdict = classify(ppo_history(40, kl=1e-7, clip=0.0, entropy=[1.386] * 40, ep_return=flat))
+    assert verdict.verdict == "dead_policy_gradient"
+    # the same signals after returns rose to their best: a converged learner, not a dead one
+    assert classify(ppo_history(40, kl=1e-7, clip=0.0, entropy=[1.386] * 40)).verdict == "healthy"
+
+
+def test_decayed_clip_range_is_not_dead():
+    # rl-zoo3's lin_0.2: late in a healthy run clip_fraction -> 1 and approx_kl -> 0
+    verdict = classify(ppo_history(40, kl=1e-7, clip=0.98, entropy=[0.3] * 40))
+    assert verdict.verdict == "healthy"
+
+
+def test_learning_rate_schedule_at_its_end_is_not_dead():
+    lr = [3e-4 * (1 - i / 40) for i in range(40)]
+    verdict = classify(ppo_history(40, kl=1e-7, clip=0.0, entropy=[1.386] * 40, learning_rate=lr))
+    assert verdict.verdict == "healthy"
+
+
+def test_a2c_judged_without_kl():
+    def a2c(entropy: list, actor: float) -> History:
+        h = H(total_steps=40 * 40)
+        for i in range(40):
+            h.add(40 * (i + 1), {"pg_loss": 15.0 * (-1) ** i, "value_loss": 50.0, "explained_variance": 0.5,
+                                 "entropy": entropy[i], "grad_norm": 10.0, "grad_norm_actor": actor})
+        return h
+
+    assert classify(a2c([0.69] * 40, actor=1e-3)).verdict == "dead_policy_gradient"
+    # A2C's policy_loss is far from 0 with a moving policy: healthy
+    assert classify(a2c([0.69 - 0.01 * i for i in range(40)], actor=2.0)).verdict == "healthy"
+
+
+def test_dead_names_overrides_and_constant_rewards():
+    n = 40
+    verdict = classify(ppo_history(n, kl=1e-7, clip=0.0, entropy=[2.77] * n, ep_return=[0.0] * n,
+                                   override_fraction=[0.8] * n,
+                                   reward_distinct=[1.0] * n, reward_std=[0.0] * n, reward_norm_std=[0.0] * n))
+    # constant rewards in every episode: degenerate_reward explains the dead gradient, and ranks first
+    assert verdict.verdict == "degenerate_reward"
+    dead = next(f for f in verdict.findings if f.kind == "dead_policy_gradient")
+    causes = " ".join(dead.causes)
+    assert "overrides the agent's action on 80%" in causes and "constant" in causes
+
+
+# --- stuck_value_loss -----------------------------------------------------------------------
+def test_flat_value_loss_with_zero_ev_is_stuck_and_names_weight_decay():
+    n = 40
+    h = ppo_history(n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n,
+                    return_rms=[20.0] * n)
+    h.context["weight_decay"] = 0.1
+    verdict = classify(h)
+    assert verdict.verdict == "stuck_value_loss"
+    assert any("weight decay 0.1" in c for c in verdict.findings[0].causes)
+
+
+def test_ev_alone_never_decides():
+    n = 40
+    # EV <= 0 but the loss falls: healthy
+    assert classify(ppo_history(n, explained_variance=[-0.5] * n, return_rms=[20.0] * n)).verdict == "healthy"
+    # converged: EV <= 0 and a flat loss that is tiny against the returns: healthy
+    h = ppo_history(n, value_loss=[1e-4] * n, explained_variance=[-2.0] * n, return_rms=[50.0] * n)
+    assert classify(h).verdict == "healthy"
+
+
+def test_stuck_waits_for_half_the_budget():
+    n = 40
+    h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[20.0] * n)
+    h.total_steps = 100 * n * 4  # a quarter done
+    assert classify(h).verdict == "healthy"
+    assert classify(h, final=True).verdict == "stuck_value_loss"
+
+
+# --- exploding_updates, degenerate_reward, priority -----------------------------------------
+def test_gradient_explosion_certain_after_three_hits():
+    grads = [1.0] * 30 + [5e3] * 2 + [1.0] * 8
+    finding = classify(ppo_history(40, grad_norm=grads)).findings[0]
+    assert (finding.kind, finding.certain) == ("exploding_updates", False)
+    grads = [1.0] * 30 + [5e3] * 3 + [1.0] * 7
+    verdict = classify(ppo_history(40, grad_norm=grads))
+    assert verdict.verdict == "exploding_updates" and verdict.onset_step == 3100
+
+
+def test_constant_reward_without_return_spread_is_degenerate_but_cartpole_is_not():
+    n = 30
+    flat = classify(ppo_history(n, reward_std=[0.0] * n, reward_mean=[0.0] * n, return_std=[0.3] * n,
+                                ep_return=[0.0] * n))
+    assert flat.verdict == "degenerate_reward"
+    cartpole = classify(ppo_history(n, reward_std=[0.0] * n, reward_mean=[1.0] * n, return_std=[8.0] * n,
+                                    ep_return=[20.0 + (i % 5) for i in range(n)]))
+    assert cartpole.verdict == "healthy"
+
+
+def test_priority_nan_over_stuck():
+    n = 40
+    h = ppo_history(n, value_loss=[50.0] * (n - 1) + [math.inf], explained_variance=[0.0] * n,
+                    return_rms=[20.0] * n)
+    verdict = classify(h, final=True)
+    assert verdict.verdict == "nan_scale"
+    assert {f.kind for f in verdict.findings} >= {"nan_scale", "stuck_value_loss"}
+
+
+def test_verdict_json_round_trip_with_non_finite_evidence():
+    verdict = classify(ppo_history(15, value_loss=[1.0] * 14 + [math.nan]))
+    data = json.loads(verdict.to_json())
+    assert data["verdict"] == "nan_scale" and data["findings"][0]["evidence"]["first_value"] == "nan"
+    assert "nan_scale" in verdict.render()
+
+
+def test_from_scalars_maps_sb3_and_cleanrl_names():
+    sb3 = {"train/entropy_loss": [(64, -0.69), (128, -0.6)], "train/policy_gradient_loss": [(64, -0.01), (128, 0)],
+           "rollout/ep_rew_mean": [(64, 20.0), (128, 25.0)], "time/fps": [(64, 1000.0)]}
+    h = History.from_scalars(sb3)
+    assert h.steps == [64, 128] and h.values("entropy") == [0.69, 0.6] and h.values("ep_return") == [20.0, 25.0]
+    clean = {"losses/entropy": [(512, 1.4), (1024, 1.3)], "losses/clipfrac": [(512, 0.1), (1024, 0.2)],
+             "charts/episodic_return": [(200, -1200.0), (400, -1100.0), (600, -1000.0)]}
+    h = History.from_scalars(clean)
+    assert h.steps == [512, 1024]  # episodic returns join updates instead of adding updates
+    assert h.values("entropy") == [1.4, 1.3] and h.values("ep_return") == [-1150.0, -1000.0]

@@ -1,0 +1,155 @@
+"""StabilityCallback on real (tiny) SB3 training, stop_on in a sweep, and `rlsweep diagnose`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+import torch as th
+import yaml
+from mlflow.tracking import MlflowClient
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import KVWriter, Logger
+
+from stability import StabilityCallback
+from sweeps.repro_envs import make_spiky_targets
+from tests.helpers import subprocess_env, tiny_spec
+
+pytestmark = pytest.mark.slow
+th.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Capture(KVWriter):
+    def __init__(self) -> None:
+        self.dumps: list[tuple[int, dict]] = []
+
+    def write(self, key_values: dict, key_excluded: dict, step: int = 0) -> None:
+        self.dumps.append((step, dict(key_values)))
+
+
+def _rlsweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("algo", [PPO, A2C])
+def test_callback_captures_every_update_including_the_last(algo):
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    kwargs = {"n_steps": 32, "batch_size": 64, "n_epochs": 2} if algo is PPO else {"n_steps": 8}
+    model = algo("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [8]}, **kwargs)
+    writer = Capture()
+    model.set_logger(Logger(None, [writer]))
+    cb = StabilityCallback()
+    model.learn(640 if algo is PPO else 160, callback=cb, log_interval=1)
+    updates = 10
+    assert len(cb.history) == updates
+    rollout = 64 if algo is PPO else 16
+    assert cb.history.steps == [rollout * (i + 1) for i in range(updates)]
+    key = "train/policy_gradient_loss" if algo is PPO else "train/policy_loss"
+    logged = [d[key] for _, d in writer.dumps if key in d]
+    assert len(logged) == updates  # SB3 alone dumps one fewer: the last update is the callback's dump
+    assert cb.history.values("pg_loss") == pytest.approx(logged)
+    own = [d for _, d in writer.dumps if "stability/params_finite" in d or "stability/reward_std" in d]
+    assert own and all("stability/log_std_min" not in d for d in own)  # Discrete: no log_std
+    assert cb.history.values("reward_std")[0] == 0.0  # CartPole pays 1 per step...
+    assert cb.history.values("return_std")[0] > 0.0   # ...but its returns have spread
+    assert cb.verdict.verdict == "healthy"
+
+
+def test_crash_in_rollout_ends_as_nan_scale_with_the_torch_error():
+    env = make_vec_env(make_spiky_targets, n_envs=1, seed=0)
+    model = A2C("MlpPolicy", env, seed=0, device="cpu", learning_rate=0.1, max_grad_norm=float("inf"))
+    cb = StabilityCallback()
+    with pytest.raises(ValueError, match="Expected parameter") as crash:
+        model.learn(5000, callback=cb)
+    verdict = cb.finish(crash.value)
+    assert verdict.verdict == "nan_scale"
+    finding = verdict.findings[0]
+    assert "Expected parameter" in finding.evidence["error"]
+    assert any("log_std_bounds" in a for a in finding.advice)
+    assert verdict.onset_step <= model.num_timesteps
+
+
+def test_stop_on_ends_a_dead_run_early():
+    env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=32, batch_size=32, n_epochs=2, learning_rate=1e-12,
+                policy_kwargs={"net_arch": [8]})
+    cb = StabilityCallback(stop_on=["dead_policy_gradient"])
+    model.learn(10_000, callback=cb)
+    assert cb.stopped_by == "dead_policy_gradient"
+    assert 5000 <= model.num_timesteps <= 6000  # judged once half the budget is done, then stopped
+    assert cb.verdict.verdict == "dead_policy_gradient"
+
+
+def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=2,
+                policy_kwargs={"net_arch": [16]}, tensorboard_log=str(tmp_path / "tb"))
+    cb = StabilityCallback()
+    model.learn(1280, callback=cb, tb_log_name="run")
+    h = cb.history
+    assert len(h) == 10
+    for name in ("log_std_min", "log_std_max", "grad_norm", "grad_norm_actor", "grad_norm_critic",
+                 "grad_norm_log_std", "adv_std", "return_rms", "loc_abs_max", "params_finite"):
+        assert h.has(name), name
+    assert h.values("log_std_max")[-1] == pytest.approx(float(model.policy.log_std.max()))
+    result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
+                            capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "healthy" and report["updates"] == 10 and report["findings"] == []
+
+
+def test_diagnose_refuses_unreadable_input_cleanly(tmp_path):
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"this is not a tensorboard file at all")
+    for args in ([str(tmp_path)], ["0123456789abcdef0123456789abcdef", "--tracking-uri",
+                                   f"sqlite:///{tmp_path / 'none.db'}"], [str(tmp_path / "missing")]):
+        result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", *args], capture_output=True, text=True,
+                                env=subprocess_env(), cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr and result.stderr.strip()
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_stop_on_in_a_sweep_prunes_with_the_verdict(tmp_path):
+    spec = tiny_spec("doomed", total_timesteps=4096, trials=2,
+                     space={"learning_rate": {"type": "choice", "values": [1e-12, 1e-3]}},
+                     sampler={"kind": "grid"}, stability={"stop_on": ["dead_policy_gradient"]})
+    spec["env"]["n_envs"] = 1
+    spec["hyperparams"] |= {"n_steps": 32, "batch_size": 32, "n_epochs": 4, "policy_kwargs": {"net_arch": [64]}}
+    (tmp_path / "doomed.yaml").write_text(yaml.safe_dump(spec))
+    result = _rlsweep(tmp_path, "run", "doomed.yaml", "--workers", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    study = optuna.load_study(study_name="doomed", storage=f"sqlite:///{tmp_path / 'results/doomed/optuna.db'}")
+    by_lr = {t.params["learning_rate"]: t for t in study.get_trials()}
+    dead = by_lr[1e-12]
+    assert dead.state.name == "PRUNED" and dead.value is None
+    assert dead.user_attrs["rlsweep.verdict"] == "dead_policy_gradient"
+    assert dead.user_attrs["rlsweep.outcome"] == "unstable"
+    assert by_lr[1e-3].state.name == "COMPLETE" and by_lr[1e-3].user_attrs["rlsweep.verdict"] == "healthy"
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("doomed")
+    found = client.search_runs([experiment.experiment_id],
+                               filter_string="tags.`stability.verdict` = 'dead_policy_gradient'")
+    seeds = [r for r in found if "rlsweep.seed" in r.data.tags]
+    assert len(seeds) == 2 and len(found) == 3  # both seeds and their parent
+    for run in seeds:
+        assert run.data.tags["stability.stopped_by"] == "dead_policy_gradient"
+        assert int(run.data.tags["stability.onset_step"]) < 4096
+        assert run.data.metrics["time/train_seconds"] > 0
+        names = {a.path for a in client.list_artifacts(run.info.run_id, "stability")}
+        assert names == {"stability/verdict.json", "stability/signals.png"}
+        folder = Path(client.download_artifacts(run.info.run_id, "stability", str(tmp_path / run.info.run_id)))
+        assert json.loads((folder / "verdict.json").read_text())["verdict"] == "dead_policy_gradient"
+        assert (folder / "signals.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        history = client.get_metric_history(run.info.run_id, "stability/params_finite")
+        assert history and max(m.step for m in history) < 4096  # stopped early: budget saved
+    status = _rlsweep(tmp_path, "status", "doomed")
+    assert status.returncode == 0 and "healthy 1, dead_policy_gradient 1" in status.stdout
