@@ -314,8 +314,8 @@ def wrap_eval_env(venv: Any, built: Built, train_env: Any) -> Any:
     """The eval env reads the training statistics and never updates them; rewards stay raw."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    if not built.normalize:
-        return venv
+    if not built.normalize or not built.normalize.get("norm_obs", True):
+        return venv  # reward-only normalisation: evaluation returns are raw anyway
     settings = dict(built.normalize, norm_reward=False)
     eval_env = VecNormalize(venv, training=False, **settings)
     eval_env.obs_rms = copy.deepcopy(train_env.obs_rms)

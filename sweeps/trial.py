@@ -70,7 +70,8 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
     model = built.algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0,
                              **built.algo_kwargs)
-    model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy))
+    model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy,
+                                min_gap=config.total_timesteps // MAX_POINTS))
     watch = _stability_callback(config, built.max_grad_norm)
 
     started = time.perf_counter()
@@ -85,6 +86,7 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
         return _unstable(config, model, watch, time.perf_counter() - started)
     finally:
         watch.finish()  # no-op after a normal end or a crash already recorded
+        model.logger.output_formats[0].flush()  # the last update always reaches MLflow
     train_seconds = time.perf_counter() - started
     if watch.stopped_by is not None:  # a doomed trial: evaluating it would only spend time
         return _unstable(config, model, watch, train_seconds)
@@ -118,7 +120,11 @@ def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float)
 
 
 def _plot(watch: Any, config: TrialConfig) -> bytes | None:
-    """The signals PNG, rendered here (the worker has the history; the driver only stores it)."""
+    """The signals PNG with the onset marked, for a seed with a finding (rendering costs ~0.5 s;
+    a healthy seed's curves are in MLflow's charts, and ``rlsweep diagnose RUN --plot`` draws any run).
+    Rendered here: the worker has the history; the driver only stores the bytes."""
+    if not watch.verdict.findings:
+        return None
     import tempfile
     from pathlib import Path
 
@@ -148,7 +154,13 @@ def evaluate(model: Any, config: TrialConfig, wrap: Any = None) -> list[float]:
     return list(returns)
 
 
-def _logger_to(reporter: Reporter, train_lags: bool = True) -> Any:
+# Curves sent to MLflow per seed, at most: A2C dumps every 5 steps, and storing 40 keys x 4000
+# dumps costs the driver more than the worker spends training. The detectors in the worker
+# still see every update; MLflow gets a dump every total_timesteps / MAX_POINTS steps, and the last.
+MAX_POINTS = 500
+
+
+def _logger_to(reporter: Reporter, train_lags: bool = True, min_gap: int = 0) -> Any:
     from stable_baselines3.common.logger import KVWriter, Logger
 
     class ReporterWriter(KVWriter):
@@ -158,6 +170,8 @@ def _logger_to(reporter: Reporter, train_lags: bool = True) -> Any:
 
         def __init__(self) -> None:
             self.previous_step = 0
+            self.sent_step: int | None = None
+            self.held: list[tuple[int, dict[str, float]]] = []
 
         def write(self, key_values: dict, key_excluded: dict, step: int = 0) -> None:
             now: dict[str, float] = {}
@@ -168,14 +182,23 @@ def _logger_to(reporter: Reporter, train_lags: bool = True) -> Any:
                 number = _as_number(value)
                 if number is not None:
                     (update if key.startswith(("train/", "stability/")) else now)[key] = number
-            if update:
-                reporter.metrics(self.previous_step if train_lags else step, update)
-            if now:
-                reporter.metrics(step, now)
+            items = [(self.previous_step if train_lags else step, update), (step, now)]
             self.previous_step = step
+            if self.sent_step is not None and step - self.sent_step < min_gap:
+                self.held = items  # thinned out, unless it turns out to be the last dump
+                return
+            self.held = items
+            self.flush()
+            self.sent_step = step
+
+        def flush(self) -> None:
+            for at, values in self.held:
+                if values:
+                    reporter.metrics(at, values)
+            self.held = []
 
         def close(self) -> None:
-            pass
+            self.flush()
 
     return Logger(folder=None, output_formats=[ReporterWriter()])
 

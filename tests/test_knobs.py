@@ -255,8 +255,11 @@ def test_vecnormalize_present_with_the_algorithm_gamma_and_shared_with_eval() ->
 
     plain, built = _model("PPO", _extend("PPO", normalize=False))
     assert not isinstance(plain.get_env(), VecNormalize) and built.normalize is None
-    own_gamma, _ = _model("PPO", _extend("PPO", gamma=0.9, normalize={"reward": True, "gamma": 0.5}))
+    own_gamma, built = _model("PPO", _extend("PPO", gamma=0.9, normalize={"reward": True, "gamma": 0.5}))
     assert own_gamma.get_env().gamma == 0.5
+    # reward-only normalisation keeps no observation statistics: the eval env stays raw
+    raw = make_vec_env("Pendulum-v1", n_envs=1, seed=9)
+    assert knobs.wrap_eval_env(raw, built, own_gamma.get_env()) is raw
 
 
 def test_reward_scale_multiplies_rewards_before_normalisation() -> None:

@@ -1,0 +1,91 @@
+"""The reported failures and the healthy baselines, trained for real, must get their verdicts.
+
+Each reproduction runs as a sweep from its file in conf/sweeps (2 seeds each, 2 workers), or, for
+the hand-written PPO, as the script in conf/repro with its TensorBoard log read by `rlsweep diagnose`.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from tests.helpers import subprocess_env
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sweep(tmp_path: Path, conf: str, **overrides) -> dict[int, optuna.trial.FrozenTrial]:
+    spec = yaml.safe_load((REPO / "conf" / "sweeps" / f"{conf}.yaml").read_text())
+    spec.update(overrides)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / f"{conf}.yaml").write_text(yaml.safe_dump(spec))
+    result = subprocess.run([sys.executable, "-m", "sweeps", "run", f"{conf}.yaml", "--workers", "2"], cwd=tmp_path,
+                            env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = optuna.load_study(study_name=spec["name"], storage=f"sqlite:///{tmp_path}/results/{spec['name']}/optuna.db")
+    return {t.number: t for t in study.get_trials()}
+
+
+def _seed_verdicts(trial: optuna.trial.FrozenTrial) -> list[str]:
+    return sorted(trial.user_attrs["rlsweep.verdicts"].values())
+
+
+def test_a2c_report_ends_in_nan_scale_and_the_knobs_fix_it(tmp_path):
+    # the report's setting, and the report's advice applied with rlsweep's knobs: two corners of the grid
+    broken = {"learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88], "normalize": {"reward": False}}
+    fixed = {"learning_rate": 7.0e-4, "max_grad_norm": 0.5, "log_std_bounds": [-5, 2], "normalize": {"reward": True}}
+    for label, hyperparams in (("broken", broken), ("fixed", fixed)):
+        trial = _sweep(tmp_path / label, "repro_a2c_nan_scale", total_timesteps=12000, space={},
+                       hyperparams={"n_steps": 5, **hyperparams})[0]
+        if label == "broken":
+            assert _seed_verdicts(trial) == ["nan_scale", "nan_scale"]
+            assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable"
+        else:
+            assert _seed_verdicts(trial) == ["healthy", "healthy"] and trial.state.name == "COMPLETE"
+
+
+def test_recurrent_report_dead_policy_gradient(tmp_path):
+    trials = _sweep(tmp_path, "repro_recurrent_dead")
+    by_norm = {t.params["normalize.reward"]: t for t in trials.values()}
+    assert _seed_verdicts(by_norm[False]) == ["dead_policy_gradient", "dead_policy_gradient"]
+    assert _seed_verdicts(by_norm[True]) == ["healthy", "healthy"]
+
+
+def test_recurrent_report_zero_reward_branch_is_degenerate(tmp_path):
+    trials = _sweep(tmp_path, "repro_recurrent_zero_reward")
+    assert _seed_verdicts(trials[0]) == ["degenerate_reward", "degenerate_reward"]
+
+
+@pytest.mark.parametrize("conf", ["zoo_ppo_cartpole", "zoo_a2c_cartpole", "zoo_ppo_pendulum", "zoo_a2c_pendulum"])
+def test_rl_zoo_tuned_baselines_are_healthy(tmp_path, conf):
+    trials = _sweep(tmp_path, conf)
+    assert _seed_verdicts(trials[0]) == ["healthy", "healthy"]
+    if conf == "zoo_ppo_cartpole":  # trained to convergence: a converged policy is not a dead one
+        assert trials[0].value == pytest.approx(500.0)
+
+
+def _cleanrl(tmp_path: Path, name: str, seed: int, *flags: str) -> dict:
+    logdir = tmp_path / f"{name}_s{seed}"
+    subprocess.run([sys.executable, str(REPO / "conf" / "repro" / "cleanrl_ppo.py"), "--total-timesteps", "30000",
+                    "--seed", str(seed), "--logdir", str(logdir), *flags], check=True, capture_output=True,
+                   timeout=600, env=subprocess_env())
+    result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(logdir), "--json"], capture_output=True,
+                            text=True, env=subprocess_env(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_hand_written_ppo_weight_decay_is_stuck_value_loss(tmp_path):
+    for seed in (1, 2):
+        report = _cleanrl(tmp_path, "weight_decay", seed, "--weight-decay", "0.1")
+        assert report["verdict"] == "stuck_value_loss"
+        finding = report["findings"][0]
+        assert abs(finding["evidence"]["explained_variance_median"]) < 1e-3
+        assert any("near-constant" in c for c in finding["causes"])
+    assert _cleanrl(tmp_path, "clean", 1)["verdict"] == "healthy"
