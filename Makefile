@@ -6,7 +6,7 @@ TORCH  ?= torch==2.13.0
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.rlsweep-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,18 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/rlsweep run conf/sweeps/quickstart.yaml
 
-test: install
+test: install browser
 	$(PY) -m pytest -q
+
+# Headless Chromium for the MLflow UI test (Debian package). When it cannot be installed the
+# test is skipped and says why; nothing else depends on it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium for the browser test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  ( $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    ( $$SUDO apt-get update -qq >/dev/null 2>&1 && $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 ) ) || \
+	  echo "chromium could not be installed: the browser test will be skipped"; }
 
 bench: install
 	$(PY) tests/bench/run.py --repeat 2

@@ -73,6 +73,7 @@ class StabilityCallback(BaseCallback):
         self.history = History()
         self.verdict = Verdict.empty()
         self.stopped_by: str | None = None
+        self.first_certain: dict[str, int] = {}  # failure class -> env step at which it was first certain
         self._train: dict[str, float] = {}
         self._rollout: dict[str, float] = {}
         self._update_step = 0
@@ -176,8 +177,10 @@ class StabilityCallback(BaseCallback):
         if error is not None:
             self.history.error = error if isinstance(error, str) else "".join(
                 traceback.format_exception(type(error), error, error.__traceback__))
+        if self._finished:  # the crash came after training ended (e.g. in evaluation): judge again
+            self.verdict = classify(self.history, self.thresholds, final=True)
+            self._note_certain()
         self._close()
-        self.verdict = classify(self.history, self.thresholds, final=True)
         return self.verdict
 
     def _close(self) -> None:
@@ -196,6 +199,7 @@ class StabilityCallback(BaseCallback):
         if logger.name_to_value:  # SB3 never dumps the last update; keep the one-rollout lag
             logger.dump(step=self.model.num_timesteps + (self._rollout_size if self._on_policy else 0))
         self.verdict = classify(self.history, self.thresholds, final=True)
+        self._note_certain()
 
     def _commit(self, force_check: bool = False) -> None:
         """Close one update: gather its signals, write them to the logger, classify."""
@@ -230,12 +234,23 @@ class StabilityCallback(BaseCallback):
         if force_check or n >= self._next_check or self._urgent(signals):
             self._next_check = n + max(self.check_every, n // 50)
             self.verdict = classify(self.history, self.thresholds)
+            self._note_certain()
             if self.verdict.certain and self.verdict.verdict in self.stop_on:
                 self._stop = True
                 self.stopped_by = self.verdict.verdict
         if self.on_update is not None:
             self.on_update(self._update_step, signals, self.verdict)
 
+
+    @property
+    def detected_step(self) -> int | None:
+        """The env step at which the final verdict's class was first certain (None if healthy)."""
+        return self.first_certain.get(self.verdict.verdict) if self.verdict.certain else None
+
+    def _note_certain(self) -> None:
+        for finding in self.verdict.findings:
+            if finding.certain:
+                self.first_certain.setdefault(finding.kind, self.model.num_timesteps)
 
     def _urgent(self, signals: dict[str, float]) -> bool:
         t = self.thresholds.of("nan_scale")

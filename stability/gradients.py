@@ -45,7 +45,8 @@ class GradNormMonitor:
     def __init__(self, policy: th.nn.Module, optimizers: list[th.optim.Optimizer] | None = None,
                  max_grad_norm: float | None = None) -> None:
         self.max_grad_norm = max_grad_norm
-        self._role = {id(p): role_of(name) for name, p in policy.named_parameters()}
+        self._role = {id(p): ROLES.index(role_of(name)) for name, p in policy.named_parameters()}
+        self._index: dict[tuple[int, ...], tuple[th.Tensor, list[int]]] = {}  # per parameter list, built once
         self._pending: dict[str, float] | None = None
         self.steps: list[dict[str, float]] = []
         if optimizers is None:  # on-policy SB3: one optimizer; off-policy: the actor's and the critic's
@@ -74,11 +75,14 @@ class GradNormMonitor:
         if not present:
             return {}, th.zeros(0)
         norms = th.stack(th._foreach_norm([p.grad.detach() for p in present]))
-        by_role: dict[str, float] = {}
-        for p, norm in zip(present, norms.tolist()):
-            role = self._role.get(id(p), "shared")
-            by_role[role] = by_role.get(role, 0.0) + norm * norm
-        return by_role, norms
+        key = tuple(id(p) for p in present)
+        if key not in self._index:
+            roles = [self._role.get(i, ROLES.index("shared")) for i in key]
+            self._index[key] = (th.tensor(roles, device=norms.device), sorted(set(roles)))
+        index, here = self._index[key]
+        squared = th.zeros(len(ROLES), device=norms.device, dtype=norms.dtype).index_add_(0, index, norms * norms)
+        values = squared.tolist()
+        return {ROLES[r]: values[r] for r in here}, norms
 
     def _close(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         by_role, self._pending = self._pending, None

@@ -64,5 +64,15 @@ def load_yaml(text: str) -> Any:
         raise YamlError(f"not valid YAML ({type(exc).__name__})") from None
 
 
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:  # write repeated values out, never as &id001 anchors
+        return True
+
+
 def dump_yaml(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None)
+
+
+def yaml_block(data: Any) -> str:
+    """Block style throughout (for files people read and edit, e.g. rl-zoo3 hyperparameters)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

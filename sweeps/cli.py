@@ -43,6 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument("name", nargs="?", help="sweep name (default: the shared store results/mlflow.db)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=_positive, default=5000)
+    export = sub.add_parser("export", help="write the sweep's safe configs, ranked, ready for SB3 or rl-zoo3")
+    export.add_argument("name", help="sweep name (its folder under results/)")
+    export.add_argument("-o", "--output", help="file to write (default: results/NAME/safe_configs.yaml)")
+    export.add_argument("--top", type=_positive, default=5, help="how many safe configs (default 5)")
+    export.add_argument("--format", default="sb3", choices=["sb3", "zoo"],
+                        help="sb3: kwargs for the algorithm class; zoo: rl-zoo3's hyperparams layout")
+    export.add_argument("--confirm-seeds", type=_positive, default=None,
+                        help="re-train the top configs on N seeds the sweep never used, and report both scores")
+    export.add_argument("--workers", type=_positive, default=None, help="processes for --confirm-seeds")
+    report = sub.add_parser("report", help="summary, failure map and figures of a sweep (PNG + HTML, also in MLflow)")
+    report.add_argument("name", help="sweep name (its folder under results/)")
     diag = sub.add_parser("diagnose", help="classify a run trained anywhere: TensorBoard logs or an MLflow run id")
     diag.add_argument("path", help="TensorBoard log directory or event file (SB3 or CleanRL keys), or an MLflow run id")
     diag.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -59,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     try:
         return {"run": _run, "validate": _validate, "status": _status, "ui": _ui,
-                "diagnose": _diagnose}[args.command](args, console)
+                "diagnose": _diagnose, "export": _export, "report": _report}[args.command](args, console)
     except (SpecError, UsageError) as exc:
         err.print(str(exc), highlight=False, markup=False)
         return EXIT_USAGE
@@ -132,6 +143,36 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     console.print(trials_table(trials, f"{names[0]}: {len(trials)} trials"))
     console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
     console.print(verdict_counts(verdicts), highlight=False)
+    return 0
+
+
+def _report(args: argparse.Namespace, console: Console) -> int:
+    from sweeps.report import build
+
+    build(args.name, console)
+    return 0
+
+
+def _export(args: argparse.Namespace, console: Console) -> int:
+    from sweeps.export import export
+
+    path, doc = export(args.name, args.output, args.top, args.format, args.confirm_seeds or 0,
+                       args.workers or os.cpu_count() or 1)
+    trials = doc["trials"]
+    console.print(f"{args.name}: {trials['safe']} safe of {trials['finished']} finished trials "
+                  f"({', '.join(f'{k} {v}' for k, v in sorted(trials['by_verdict'].items()))})", highlight=False)
+    for item in doc["configs"]:
+        confirm = item.get("confirm")
+        extra = f"; fresh seeds {confirm['seeds']}: score {confirm['score']}, " \
+                f"{'safe' if confirm['safe'] else 'NOT safe: ' + str(confirm['verdicts'])}" if confirm else ""
+        flag = " (few seeds)" if item["few_seeds"] else ""
+        console.print(f"  #{item['rank']} trial {item['trial']}: score {item['score']}{flag}{extra}", highlight=False)
+    for name, info in doc["safe_ranges"].items():
+        if "safe" in info and isinstance(info["safe"], list) and len(info["safe"]) == 2 and "values" not in info:
+            outside = "; ".join(info[k] for k in ("below", "above") if k in info)
+            console.print(f"  safe {name}: [{info['safe'][0]:.4g}, {info['safe'][1]:.4g}]"
+                          + (f" ({outside})" if outside else ""), highlight=False)
+    console.print(f"wrote {path}", highlight=False)
     return 0
 
 

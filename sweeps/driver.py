@@ -81,8 +81,7 @@ class Driver:
         self.in_flight: set[tuple[int, int]] = set()
         self._mlflow: deque[Callable[[], None]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
-        self._stability = {"enabled": spec.stability.enabled, "stop_on": list(spec.stability.stop_on),
-                           "thresholds": spec.stability_thresholds()}
+        self._stability = stability_settings(spec)
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -142,21 +141,8 @@ class Driver:
         trial.set_user_attr("rlsweep.params", _jsonable(params))
         active = ActiveTrial(trial.number, trial, params, self.spec.seed_list)
         self.active[trial.number] = active
-        hyperparams = copy.deepcopy(self.spec.hyperparams)
-        env = self.spec.env.model_dump()
-        for name, value in params.items():
-            if name.startswith(ENV_PREFIX):
-                sp.set_nested(env, name[len("env."):], value)
-            else:
-                sp.set_nested(hyperparams, name, value)
-        active.logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}
-        for seed in active.seeds:
-            self.jobs.append(TrialConfig(
-                sweep=self.spec.name, trial=trial.number, seed=seed, algo=self.spec.algo,
-                policy=self.spec.policy, env=env, hyperparams=hyperparams,
-                total_timesteps=self.spec.total_timesteps, eval_episodes=self.spec.objective.eval_episodes,
-                eval_seed=self.spec.objective.eval_seed_offset + seed,
-                deterministic=self.spec.objective.deterministic, stability=self._stability))
+        active.logged, configs = trial_configs(self.spec, trial.number, params, active.seeds, self._stability)
+        self.jobs.extend(configs)
         self._mlflow.append(lambda: self._start_runs(active))
 
     def _start_runs(self, active: ActiveTrial) -> None:
@@ -288,6 +274,31 @@ class Driver:
         if complete:
             best = max(complete, key=lambda t: t.value)
             self.progress.best, self.progress.best_trial = best.value, best.number
+
+
+def stability_settings(spec: SweepSpec) -> dict[str, Any]:
+    """What a worker's StabilityCallback needs: plain data, thresholds resolved."""
+    return {"enabled": spec.stability.enabled, "stop_on": list(spec.stability.stop_on),
+            "thresholds": spec.stability_thresholds()}
+
+
+def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: list[int],
+                  stability: dict[str, Any]) -> tuple[dict[str, Any], list[TrialConfig]]:
+    """One job per seed for a configuration: the spec's hyperparameters and env with ``params``
+    (sampled values, by dotted name) set. Also returns every hyperparameter, flattened, for logging."""
+    hyperparams = copy.deepcopy(spec.hyperparams)
+    env = spec.env.model_dump()
+    for name, value in params.items():
+        if name.startswith(ENV_PREFIX):
+            sp.set_nested(env, name[len("env."):], value)
+        else:
+            sp.set_nested(hyperparams, name, value)
+    logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}
+    configs = [TrialConfig(sweep=spec.name, trial=number, seed=seed, algo=spec.algo, policy=spec.policy, env=env,
+                           hyperparams=hyperparams, total_timesteps=spec.total_timesteps,
+                           eval_episodes=spec.objective.eval_episodes, eval_seed=spec.objective.eval_seed_offset + seed,
+                           deterministic=spec.objective.deterministic, stability=stability) for seed in seeds]
+    return logged, configs
 
 
 def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -55,6 +55,8 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, bac
         _writable_dir(Path(spec.mlflow_uri[len("sqlite:///"):]).parent)
     with sweep_lock(spec.storage_dir):
         (spec.storage_dir / "spec.yaml").write_text(dump_yaml(spec.resolved()))
+        # the spec as validated, loadable again (export re-runs configs from it)
+        (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json")))
         # Workers start first so their ~2 s import of torch overlaps the stores' creation below.
         # They never open either store: the driver creates both and is their only writer.
         n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1,

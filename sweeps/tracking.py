@@ -15,6 +15,10 @@ _BATCH = 500  # per log_batch call: measured cheapest per point with MLflow 3.17
 _FLUSH_SECONDS = 10.0  # curves reach the UI this often; a run also flushes when it has _BATCH points
 
 
+# MLflow 3's UI opens an experiment in its GenAI (traces) view unless told it holds training runs.
+_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
@@ -39,7 +43,7 @@ class MlflowTracker:
         if found is None:
             location = artifact_dir.resolve().as_uri() if _local_store(uri) else None
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
-                                                               tags={TAG_SWEEP: sweep})
+                                                               tags={TAG_SWEEP: sweep, **_KIND})
         else:
             self.experiment_id = found.experiment_id
             if found.lifecycle_stage == "deleted":  # deleted in the UI, then the sweep rerun: bring it back

@@ -97,7 +97,7 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     env.close()
     return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
                        episode_returns=[float(r) for r in returns], timesteps=int(model.num_timesteps),
-                       train_seconds=train_seconds, eval_seconds=eval_seconds, verdict=watch.verdict.to_dict(),
+                       train_seconds=train_seconds, eval_seconds=eval_seconds, verdict=_verdict(watch),
                        context=watch.history.context, plot_png=_plot(watch, config))
 
 
@@ -115,8 +115,13 @@ def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float)
     """A seed ended by its verdict: no evaluation, no score."""
     return TrialResult(mean_return=float("nan"), std_return=float("nan"), episode_returns=[],
                        timesteps=int(model.num_timesteps), train_seconds=train_seconds, eval_seconds=0.0,
-                       verdict=watch.verdict.to_dict(), stopped_by=watch.stopped_by or watch.verdict.verdict,
+                       verdict=_verdict(watch), stopped_by=watch.stopped_by or watch.verdict.verdict,
                        context=watch.history.context, plot_png=_plot(watch, config))
+
+
+def _verdict(watch: Any) -> dict[str, Any]:
+    """The verdict, with when it was reached (``detected_step``) next to when the failure began."""
+    return watch.verdict.to_dict() | {"detected_step": watch.detected_step, "first_certain": watch.first_certain}
 
 
 def _plot(watch: Any, config: TrialConfig) -> bytes | None:

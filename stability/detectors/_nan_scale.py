@@ -28,8 +28,9 @@ class NanScale(Detector):
         advice = _advice(history)
         if history.error:
             match = _TORCH_ARGUMENT.search(history.error)
-            if match:
-                return Finding(self.name, history.last_step,
+            if match:  # onset: where log_std first left the sane range, else the crash itself
+                onset = _warning_onset(history, t, None)
+                return Finding(self.name, history.step_of(onset) if onset is not None else history.last_step,
                                f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
                                {"error": match.group(0)[:400]} | _log_std_evidence(history), advice,
                                _causes(history))

@@ -98,7 +98,19 @@ def bench_knobs(repeat: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs}
+def _stability(name: str):
+    def bench(repeat: int) -> dict:
+        sys.path.insert(0, str(REPO))
+        from tests.bench import stability_bench
+
+        return getattr(stability_bench, name)(repeat)
+
+    return bench
+
+
+BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs,
+           "stability_cost": _stability("cost"), "stability_detection": _stability("detection"),
+           "stability_stop_on": _stability("stop_on")}
 
 
 def main() -> None:
@@ -133,6 +145,12 @@ def main() -> None:
                      f"(target {k['target']}); plain {k['plain_s']} s, with knobs {k['knobs_s']} s")
     (OUT / "foundation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    sys.path.insert(0, str(REPO))
+    from tests.bench.stability_bench import markdown
+
+    stability = markdown(figures)
+    (OUT / "stability.md").write_text("\n".join(stability) + "\n")
+    print("\n".join(stability))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""A finished (or running) sweep read back from its stores, for export and report.
+
+Reads ``results/NAME/sweep.yaml`` (the validated spec) and the Optuna study; never writes.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeps import spec as spec_module
+from sweeps.errors import UsageError
+
+# The robust score that ranks configs: mean minus (population) standard deviation of the
+# per-seed evaluation returns. It rewards configs that are good on every seed, not lucky on one;
+# with 2 seeds it equals the worse seed's return, with more it is kinder to one outlier than min().
+SCORE_RULE = "mean - std of the per-seed evaluation returns"
+FEW_SEEDS = 3
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    state: str                         # COMPLETE / PRUNED / FAIL / RUNNING
+    outcome: str                       # complete / unstable / crashed / interrupted / running
+    params: dict[str, Any]             # the sampled values, by dotted name
+    returns: dict[int, float] = field(default_factory=dict)
+    verdicts: dict[int, str] = field(default_factory=dict)
+    verdict: str | None = None
+    value: float | None = None
+    error: str = ""
+
+    @property
+    def failed_seeds(self) -> int:
+        return sum(v != "healthy" for v in self.verdicts.values()) + (self.outcome == "crashed")
+
+    @property
+    def failure_class(self) -> str | None:
+        """The trial's failure: its verdict if not healthy, 'crashed' for an unclassified crash."""
+        if self.outcome == "crashed":
+            return self.verdict if self.verdict not in (None, "healthy") else "crashed"
+        return self.verdict if self.verdict not in (None, "healthy") else None
+
+    def safe(self, n_seeds: int) -> bool:
+        """Every seed ran to the end, was evaluated, and was judged healthy."""
+        return (self.outcome == "complete" and len(self.returns) == n_seeds
+                and len(self.verdicts) == n_seeds and self.failed_seeds == 0)
+
+    @property
+    def score(self) -> float:
+        values = list(self.returns.values())
+        if not values:
+            return -math.inf
+        return statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0)
+
+
+@dataclass
+class SweepResults:
+    spec: spec_module.SweepSpec
+    trials: list[TrialRecord]
+    study: Any
+
+    @property
+    def finished(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.outcome in ("complete", "unstable", "crashed")]
+
+    def safe(self) -> list[TrialRecord]:
+        """Safe configs, best robust score first."""
+        n = len(self.spec.seed_list)
+        return sorted((t for t in self.finished if t.safe(n)), key=lambda t: (-t.score, t.number))
+
+
+def sweep_folder(name: str) -> Path:
+    folder = spec_module.RESULTS_DIR / name
+    if not (folder / "optuna.db").is_file():
+        known = sorted(p.parent.name for p in spec_module.RESULTS_DIR.glob("*/optuna.db"))
+        hint = f"; sweeps here: {', '.join(known)}" if known else "; no sweep has run here yet"
+        raise UsageError(f"no sweep named '{name}' under {spec_module.RESULTS_DIR}/{hint}")
+    return folder
+
+
+def load(name: str) -> SweepResults:
+    import optuna
+
+    from sweeps._yaml import load_yaml
+
+    folder = sweep_folder(name)
+    source = folder / "sweep.yaml"
+    if not source.is_file():
+        raise UsageError(f"{source} is missing: this sweep was run by an older rlsweep; rerun it to export")
+    spec = spec_module.from_dict(load_yaml(source.read_text()), source=str(source))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{(folder / 'optuna.db').resolve()}"
+    study = optuna.load_study(study_name=spec.name, storage=url)
+    records = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        outcome = attrs.get("rlsweep.outcome", "running" if t.state.name == "RUNNING" else t.state.name.lower())
+        records.append(TrialRecord(
+            number=t.number, state=t.state.name, outcome=outcome, params=dict(attrs.get("rlsweep.params", {})),
+            returns={int(k): float(v) for k, v in attrs.get("rlsweep.returns", {}).items()},
+            verdicts={int(k): v for k, v in attrs.get("rlsweep.verdicts", {}).items()},
+            verdict=attrs.get("rlsweep.verdict"), value=t.value, error=attrs.get("rlsweep.error", "")))
+    return SweepResults(spec, records, study)
