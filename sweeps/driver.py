@@ -17,7 +17,7 @@ from typing import Any, Callable
 from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Event
-from sweeps.spec import ENV_PREFIX, SweepSpec
+from sweeps.spec import ENV_PREFIX, PRESET, SweepSpec
 from sweeps.tracking import MlflowTracker
 from sweeps.trial import TrialConfig
 
@@ -291,6 +291,9 @@ def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: l
     for name, value in params.items():
         if name.startswith(ENV_PREFIX):
             sp.set_nested(env, name[len("env."):], value)
+        elif name == PRESET:  # a whole set of hyperparameters, applied over the fixed ones
+            for key, item in sp.flatten(value).items():
+                sp.set_nested(hyperparams, key, item)
         else:
             sp.set_nested(hyperparams, name, value)
     logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}

@@ -74,5 +74,6 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, bac
             console.print(f"rerun after an interruption: trials {progress.requeued}")
         console.print(trials_table(the_study.get_trials(deepcopy=False), f"{spec.name}: best trials", limit=10))
     console.print(f"Optuna study: {spec.optuna_url}\nMLflow: {spec.mlflow_uri} (experiment '{spec.experiment}')\n"
-                  f"Browse: rlsweep ui {spec.name}    Trials: rlsweep status {spec.name}", highlight=False)
+                  f"Browse: rlsweep ui {spec.name}    Trials: rlsweep status {spec.name}\n"
+                  f"Safe configs: rlsweep export {spec.name}    Figures: rlsweep report {spec.name}", highlight=False)
     return progress

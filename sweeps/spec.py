@@ -245,6 +245,9 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
         for key in keys:
             if where == "space" and key.startswith(ENV_PREFIX) and len(key) > len(ENV_PREFIX):
                 continue  # env constructor kwargs may be swept too (curriculum phase, reward shaping...)
+            if where == "space" and key == PRESET:
+                issues += _preset_issues(spec.algo, dims[key], dims, allowed)
+                continue
             if knobs.is_knob(key):
                 values = [fixed[key]] if where == "hyperparams" else _candidates(dims[key])
                 issues += knobs.check(spec.algo, where, key, values)
@@ -257,6 +260,30 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
         issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
     issues += _sampler_issues(spec, dims)
     issues += _stability_issues(spec)
+    return issues
+
+
+# A space key whose choices are whole sets of hyperparameters (replaying known configs, e.g. the
+# trials of another tool's study, or published tuned settings); each set is applied over 'hyperparams'.
+PRESET = "preset"
+
+
+def _preset_issues(algo: str, dist: sp.Dist, dims: dict[str, sp.Dist], allowed: tuple[str, ...]) -> list[Issue]:
+    from sweeps import knobs
+
+    if dist.kind != "choice" or not all(isinstance(v, dict) and v for v in dist.values):
+        return [Issue(f"space.{PRESET}", "expected {type: choice, values: [...]} whose values are non-empty "
+                                         "mappings of hyperparameters")]
+    issues: list[Issue] = []
+    for i, preset in enumerate(dist.values):
+        where = f"space.{PRESET}.values.{i}"
+        for key, value in sp.flatten(preset).items():
+            if key in dims:
+                issues.append(Issue(f"{where}.{key}", f"also swept as space.{key}; set it in one place"))
+            elif knobs.is_knob(key):
+                issues += knobs.check(algo, where, key, [value])
+            else:
+                issues += _check_hyperparam(algo, where, key, allowed)
     return issues
 
 

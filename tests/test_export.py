@@ -13,13 +13,13 @@ from tests.helpers import subprocess_env
 
 pytestmark = pytest.mark.slow
 
-# A2C on the nan_scale reproduction env: learning_rate 0.1 without clipping dies (nan_scale) on every
-# seed; the report's advice applied (7e-4, clipping, bounds, reward normalisation) is healthy.
+# A2C on the nan_scale reproduction env without gradient clipping: learning_rate 0.1 with raw
+# rewards dies (nan_scale) on every seed; 7e-4 with raw rewards leaves the critic stuck; 7e-4 with
+# reward normalisation is healthy.
 SPEC = {
     "name": "known", "env": {"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1}, "algo": "A2C",
-    "total_timesteps": 6000, "hyperparams": {"n_steps": 5},
+    "total_timesteps": 6000, "hyperparams": {"n_steps": 5, "max_grad_norm": "off"},
     "space": {"learning_rate": {"type": "choice", "values": [0.1, 7.0e-4]},
-              "max_grad_norm": {"type": "choice", "values": ["off", 0.5]},
               "normalize.reward": {"type": "choice", "values": [False, True]}},
     "seeds": 2, "sampler": {"kind": "grid"}, "objective": {"eval_episodes": 2},
 }
@@ -48,13 +48,12 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_failing_configs_are_never_exported(swept: Path) -> None:
-    result = _rlsweep(swept, "export", "known", "--top", "8")
+    result = _rlsweep(swept, "export", "known", "--top", "4")
     assert result.returncode == 0, result.stderr
     doc = yaml.safe_load((swept / "results" / "known" / "safe_configs.yaml").read_text())
     study = optuna.load_study(study_name="known", storage=f"sqlite:///{swept}/results/known/optuna.db")
     by_number = {t.number: t for t in study.get_trials()}
-    doomed = [t for t in by_number.values() if t.params["learning_rate"] == 0.1 and t.params["max_grad_norm"] == "off"
-              and t.params["normalize.reward"] is False]
+    doomed = [t for t in by_number.values() if t.params["learning_rate"] == 0.1 and t.params["normalize.reward"] is False]
     assert doomed and all(t.user_attrs["rlsweep.verdict"] == "nan_scale" for t in doomed)
     exported = [c["trial"] for c in doc["configs"]]
     assert exported, "the fixed configs are healthy and must be exported"
@@ -71,7 +70,7 @@ def test_failing_configs_are_never_exported(swept: Path) -> None:
     assert doc["trials"]["by_verdict"]["nan_scale"] >= 1
     lr = doc["safe_ranges"]["learning_rate"]
     assert lr["safe"] == [pytest.approx(7.0e-4), pytest.approx(7.0e-4)]
-    assert "learning_rate > 0.0007 -> " in lr["above"] and "nan_scale in " in lr["above"] and "/4 trials" in lr["above"]
+    assert "learning_rate > 0.0007 -> " in lr["above"] and "nan_scale in 1/2 trials" in lr["above"]
 
 
 def test_exported_sb3_kwargs_construct_and_train(swept: Path) -> None:
@@ -223,7 +222,7 @@ def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path
                  "--virtual-time-budget=30000", f"--user-data-dir={swept / 'chromium-profile'}"]
         dom = subprocess.run([browser, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=180)
         assert dom.returncode == 0, dom.stderr[-2000:]
-        assert "trial-0" in dom.stdout and "trial-7" in dom.stdout, "the experiment page lists no runs"
+        assert "trial-0" in dom.stdout and "trial-3" in dom.stdout, "the experiment page lists no runs"
         shot = subprocess.run([browser, *flags, f"--screenshot={shots / 'mlflow_experiment.png'}", page],
                               capture_output=True, text=True, timeout=180)
         assert shot.returncode == 0, shot.stderr[-2000:]

@@ -98,7 +98,7 @@ def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
     for name in ("log_std_min", "log_std_max", "grad_norm", "grad_norm_actor", "grad_norm_critic",
                  "grad_norm_log_std", "adv_std", "return_rms", "loc_abs_max", "params_finite"):
         assert h.has(name), name
-    assert h.values("log_std_max")[-1] == pytest.approx(float(model.policy.log_std.max()))
+    assert h.values("log_std_max")[-1] == pytest.approx(float(model.policy.log_std.detach().max()))
     result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
                             capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -108,9 +108,18 @@ def _stability(name: str):
     return bench
 
 
+def bench_zoo(repeat: int) -> dict:
+    """rl-zoo3's tuner vs rlsweep replaying the configs it sampled (zoo_compare.py)."""
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "zoo_compare.py"), "8", "20000"],
+                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs,
            "stability_cost": _stability("cost"), "stability_detection": _stability("detection"),
-           "stability_stop_on": _stability("stop_on")}
+           "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo}
 
 
 def main() -> None:

@@ -189,4 +189,20 @@ def markdown(figures: dict[str, Any]) -> list[str]:
                   f"- without stop_on: {s['without_s']} s; with stop_on [dead_policy_gradient]: {s['with_s']} s; "
                   f"saved {s['saved_fraction']:.0%} of the sweep's wall time",
                   f"- per seed (learning_rate, verdict, stopped_by, last step): {s.get('verdicts')}", ""]
+    z = figures.get("zoo")
+    if z:
+        lines += [f"## Against rl-zoo3's tuner ({z['date']}): PPO {z['env']}, {z['trials']} configs x {z['steps']} steps, "
+                  f"{z['eval_episodes']} eval episodes", "",
+                  f"- rl-zoo3 `-optimize` (random sampler, median pruner): {z['zoo_s']['1']} s with --n-jobs 1, "
+                  f"{z['zoo_s']['2']} s with --n-jobs 2",
+                  f"- rlsweep replaying the same configs (grid over `space.preset`): {z['rlsweep_s']['1']} s with "
+                  f"--workers 1, {z['rlsweep_s']['2']} s with --workers 2; ratio rlsweep / rl-zoo3 = "
+                  f"{z['ratio_rlsweep_over_zoo']['1']} (1) and {z['ratio_rlsweep_over_zoo']['2']} (2)",
+                  f"- rl-zoo3 marked {z['zoo_pruned_or_failed']} trials pruned or failed; rlsweep names a failure "
+                  f"class for {z['named_by_rlsweep']} of them", "",
+                  "| rl-zoo3 trial | rl-zoo3 state | rlsweep outcome | rlsweep verdict | rlsweep objective |",
+                  "|-|-|-|-|-|"]
+        lines += [f"| {r['zoo_trial']} | {r['zoo_state']} | {r['rlsweep_outcome']} | {r['rlsweep_verdict']} | "
+                  f"{r['rlsweep_value']} |" for r in z["trials_table"]]
+        lines.append("")
     return lines
