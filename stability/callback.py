@@ -47,14 +47,18 @@ class StabilityCallback(BaseCallback):
     :param check_every: run the detectors at least every N updates. Each check reads the whole
         history, so checks thin out as it grows (every 2% of the updates so far at most), except
         that a non-finite value or a log_std past the warning range triggers one at once.
-    :param min_update_steps: off-policy algorithms train every few env steps; their updates
-        are grouped so that one recorded update spans at least this many env steps.
+    :param min_update_steps: updates are grouped so that one recorded update spans at least this
+        many env steps (default 256 on-policy, 1000 off-policy, at most 1% of the budget so a
+        short run still gets ~100 records): A2C updates every 5-40 steps and
+        off-policy algorithms every few, and per-update bookkeeping would cost more than 3% of their
+        training. A group's ``train/*`` values are averaged (gradient-norm maxima kept); groups of
+        PPO's usual 2048-step rollouts are single updates.
     :param grad_norms: record the pre-clip gradient norm (installs a :class:`GradNormMonitor`).
     """
 
     def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (),
                  on_update: Callable[[int, dict[str, float], Verdict], None] | None = None,
-                 check_every: int = 1, min_update_steps: int = 1000, grad_norms: bool = True,
+                 check_every: int = 1, min_update_steps: int | None = None, grad_norms: bool = True,
                  max_grad_norm: float | None = None, verbose: int = 0) -> None:
         super().__init__(verbose)
         if check_every < 1:
@@ -74,7 +78,7 @@ class StabilityCallback(BaseCallback):
         self.verdict = Verdict.empty()
         self.stopped_by: str | None = None
         self.first_certain: dict[str, int] = {}  # failure class -> env step at which it was first certain
-        self._train: dict[str, float] = {}
+        self._train: dict[str, list[float]] = {}  # this group's recorded train/* values
         self._rollout: dict[str, float] = {}
         self._update_step = 0
         self._last_commit = -1
@@ -101,6 +105,9 @@ class StabilityCallback(BaseCallback):
         from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
         self._on_policy = isinstance(self.model, OnPolicyAlgorithm)
+        if self.min_update_steps is None:  # coarse enough to be cheap, fine enough for ~100 records a run
+            budget = getattr(self.model, "_total_timesteps", 0) or 0
+            self.min_update_steps = max(1, min(256 if self._on_policy else 1000, budget // 100))
         self._vecnorm = unwrap_vec_normalize(self.model.get_env())
         logger = self.model.logger
         self._original_record = logger.record
@@ -109,7 +116,7 @@ class StabilityCallback(BaseCallback):
             if key in SB3_KEYS and key.startswith("train/"):
                 number = _number(value)
                 if number is not None:
-                    self._train[key] = number
+                    self._train.setdefault(key, []).append(number)
             self._original_record(key, value, exclude)
 
         logger.record = record
@@ -137,6 +144,16 @@ class StabilityCallback(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         self._update_step = self.model.num_timesteps
+        self._rollout_size = max(self._rollout_size, sum(len(r) for r in self._raw))
+        if self._group_done():  # the buffer holds this rollout only until the next one starts
+            self._rollout_stats()
+
+    def _group_done(self) -> bool:
+        return self._update_step - self._last_commit >= self.min_update_steps
+
+    def _rollout_stats(self) -> None:
+        """Reward statistics of the group's rollouts, and the spread of the last rollout's
+        advantages and returns (on-policy)."""
         stats: dict[str, float] = {}
         if self._raw:
             raw = np.concatenate(self._raw)
@@ -149,20 +166,19 @@ class StabilityCallback(BaseCallback):
             stats["override_fraction"] = self._overrides / self._override_total
         buffer = getattr(self.model, "rollout_buffer", None)
         if self._on_policy and buffer is not None and getattr(buffer, "full", False):
-            stats["adv_std"] = float(np.std(buffer.advantages))
-            stats["return_std"] = float(np.std(buffer.returns))
-            stats["return_rms"] = float(np.sqrt(np.mean(np.square(buffer.returns))))
+            returns = buffer.returns
+            stats["adv_std"] = float(buffer.advantages.std())
+            stats["return_std"] = float(returns.std())
+            stats["return_rms"] = float(np.sqrt((returns * returns).mean()))
             self._probe_obs = buffer.observations
-        self._rollout_size = max(self._rollout_size, sum(len(r) for r in self._raw))
         self._rollout.update(stats)
         self._raw, self._seen = [], []
         self._overrides = self._override_total = 0
 
     # --- per update ---------------------------------------------------------------------
     def _on_rollout_start(self) -> None:
-        if not self._on_policy and self._update_step - self._last_commit < self.min_update_steps:
-            return
-        self._commit()
+        if self._group_done():
+            self._commit()
 
     def _on_training_end(self) -> None:
         self._close()
@@ -190,6 +206,8 @@ class StabilityCallback(BaseCallback):
         if self._train or self._monitor is not None and self._monitor.steps:
             if not self._on_policy:
                 self._update_step = self.model.num_timesteps
+            if self._raw:  # a partial group (training ended or crashed mid-group)
+                self._rollout_stats()
             self._commit(force_check=True)
         if self._monitor is not None:
             self._monitor.close()
@@ -207,7 +225,8 @@ class StabilityCallback(BaseCallback):
         if not self._train and not grads:
             return  # nothing trained since the last commit (e.g. before learning_starts)
         signals: dict[str, float] = {}
-        for key, value in (self._train | grads).items():
+        train = {key: sum(values) / len(values) for key, values in self._train.items()}
+        for key, value in (train | grads).items():
             if key in SB3_KEYS:
                 name, sign = SB3_KEYS[key]
                 signals[name] = sign * value
@@ -232,7 +251,7 @@ class StabilityCallback(BaseCallback):
         self._last_commit = self._update_step
         n = len(self.history)
         if force_check or n >= self._next_check or self._urgent(signals):
-            self._next_check = n + max(self.check_every, n // 50)
+            self._next_check = n + max(self.check_every, n // 20)
             self.verdict = classify(self.history, self.thresholds)
             self._note_certain()
             if self.verdict.certain and self.verdict.verdict in self.stop_on:

@@ -150,11 +150,18 @@ class SweepSpec(_Model):
         return Thresholds.load(self.stability.thresholds).values
 
 
+MAX_SPEC_BYTES = 1_000_000
+
+
 def load(path: str | Path) -> SweepSpec:
     """Read, parse and fully check a sweep file. Raises :class:`SpecError`; writes nothing."""
     path = Path(path)
     source = str(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(source, [Issue("", f"too large ({size / 1e6:.1f} MB); a sweep spec is a few KB, at most "
+                                               f"{MAX_SPEC_BYTES // 1_000_000} MB")])
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise SpecError(source, [Issue("", "file not found")]) from None

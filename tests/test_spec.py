@@ -38,6 +38,10 @@ GOOD = [
         hyperparams={"n_steps": 64, "batch_size": 64})),
     ("fixed values in space", tiny_spec(space={"gamma": 0.95, "ent_coef": {"type": "fixed", "value": 0.01}})),
     ("explicit seeds", tiny_spec(seeds=[3, 7, 11])),
+    ("presets of whole configs", tiny_spec(sampler={"kind": "grid"}, trials=None, space={"preset": {
+        "type": "choice", "values": [{"learning_rate": 1e-3, "policy_kwargs": {"net_arch": [8]}},
+                                     {"learning_rate": "lin_3e-4", "max_grad_norm": "off", "clip_range": "lin_0.2"}]}})),
+    ("stability section", tiny_spec(stability={"stop_on": ["nan_scale", "dead_policy_gradient"]})),
     ("A2C", tiny_spec(algo="A2C", hyperparams={"n_steps": 8})),
     ("RecurrentPPO", tiny_spec(algo="RecurrentPPO", policy="MlpLstmPolicy")),
     ("entry point env with kwargs", tiny_spec(env={"id": "tests.helpers:faulty_cartpole",
@@ -137,6 +141,15 @@ BAD = [
     ("space not a mapping", _with("space", [1, 2]), "space", "valid dictionary"),
     ("sweeping other env keys", _with("space.env.n_envs", {"type": "choice", "values": [1, 2]}), "space.env",
      "env.kwargs"),
+    ("preset not a choice of mappings", _with("space", {"preset": {"type": "choice", "values": [1, 2]}}),
+     "space.preset", "mappings of hyperparameters"),
+    ("unknown key in a preset", _with("space", {"preset": {"type": "choice", "values": [{"gama": 0.9}]}}),
+     "space.preset.values.0.gama", "did you mean 'gamma'"),
+    ("bad knob in a preset", _with("space", {"preset": {"type": "choice", "values": [{"max_grad_norm": -1}]}}),
+     "space.preset.values.0.max_grad_norm", "norm > 0"),
+    ("unknown stop_on class", _with("stability.stop_on", ["nan_scal"]), "stability.stop_on.0",
+     "did you mean 'nan_scale'"),
+    ("bad clip_range schedule", _with("hyperparams.clip_range", "cos_0.2"), "hyperparams.clip_range", "lin_X"),
     ("top level is a list", "- 1\n- 2\n", "<top level>", "mapping"),
     ("empty file", "", "<top level>", "empty"),
     ("yaml syntax", "name: [unclosed\n", "<top level>", "line"),
@@ -196,3 +209,11 @@ def test_imported_packages_are_this_projects() -> None:
     root = Path(__file__).resolve().parents[1]
     assert Path(sweeps.__file__).resolve().parent == root / "sweeps"
     assert Path(stability.__file__).resolve().parent == root / "stability"
+
+
+def test_every_shipped_sweep_validates() -> None:
+    shipped = sorted((Path(__file__).resolve().parents[1] / "conf" / "sweeps").glob("*.yaml"))
+    assert len(shipped) >= 10
+    for path in shipped:
+        spec = spec_module.load(path)
+        assert spec.name == path.stem, path

@@ -45,7 +45,7 @@ def test_callback_captures_every_update_including_the_last(algo):
     model = algo("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [8]}, **kwargs)
     writer = Capture()
     model.set_logger(Logger(None, [writer]))
-    cb = StabilityCallback()
+    cb = StabilityCallback(min_update_steps=1)  # one record per update (the default groups small ones)
     model.learn(640 if algo is PPO else 160, callback=cb, log_interval=1)
     updates = 10
     assert len(cb.history) == updates
@@ -60,6 +60,19 @@ def test_callback_captures_every_update_including_the_last(algo):
     assert cb.history.values("reward_std")[0] == 0.0  # CartPole pays 1 per step...
     assert cb.history.values("return_std")[0] > 0.0   # ...but its returns have spread
     assert cb.verdict.verdict == "healthy"
+
+
+def test_small_updates_are_grouped_and_averaged():
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = A2C("MlpPolicy", env, seed=0, device="cpu", n_steps=8, policy_kwargs={"net_arch": [8]})
+    writer = Capture()
+    model.set_logger(Logger(None, [writer]))
+    cb = StabilityCallback(min_update_steps=64)  # 16-step updates: 4 per record
+    model.learn(320, callback=cb, log_interval=1)
+    logged = [d["train/policy_loss"] for _, d in writer.dumps if "train/policy_loss" in d]
+    assert len(logged) == 20 and cb.history.steps == [64, 128, 192, 256, 320]
+    expected = [sum(logged[i:i + 4]) / 4 for i in range(0, 20, 4)]
+    assert cb.history.values("pg_loss") == pytest.approx(expected)
 
 
 def test_crash_in_rollout_ends_as_nan_scale_with_the_torch_error():
@@ -91,7 +104,7 @@ def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
     env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
     model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=2,
                 policy_kwargs={"net_arch": [16]}, tensorboard_log=str(tmp_path / "tb"))
-    cb = StabilityCallback()
+    cb = StabilityCallback(min_update_steps=1)
     model.learn(1280, callback=cb, tb_log_name="run")
     h = cb.history
     assert len(h) == 10
