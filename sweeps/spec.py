@@ -208,9 +208,14 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
+_UNION_TAGS = ("str", "WrapperSpec", "int", "list[int]")
+
+
 def _pydantic_issue(err: dict) -> Issue:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "WrapperSpec", "int",
-                                                                               "list[int]")))
+    # pydantic inserts the union member's type name after a field ('seeds', 'list[int]', 0); a
+    # user's own top-level key is never one of those, whatever it is called
+    raw_loc = tuple(err["loc"])
+    loc = raw_loc[:1] + tuple(p for p in raw_loc[1:] if not (isinstance(p, str) and p in _UNION_TAGS))
     path = ".".join(str(p) for p in loc)
     kind, got = err["type"], err.get("input")
     if kind == "extra_forbidden":

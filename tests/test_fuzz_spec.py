@@ -115,6 +115,7 @@ EDGE_CASES = {
                   "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
     "python object tag": "name: x\nalgo: !!python/object/apply:os.system ['true']\n",
     "control characters": VALID.replace("tiny", "ti\x07ny"),
+    "key named like a pydantic union tag": VALID + "list[int]: null\n",
 }
 
 
