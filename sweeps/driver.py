@@ -190,6 +190,9 @@ class Driver:
         if result.get("stopped_by"):
             active.unstable[seed] = result["stopped_by"]
             tags |= {"rlsweep.outcome": "unstable", "stability.stopped_by": result["stopped_by"]}
+            crash = next((f["evidence"]["error"] for f in verdict.get("findings", []) if "error" in f["evidence"]), None)
+            if crash:  # the crash that ended it (torch's "Expected parameter ..."): diagnose reads it back
+                tags["rlsweep.error"] = crash
             self._skip_rest(active)
             self._mlflow.append(lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags,
                                                              texts=texts, files=files))

@@ -46,8 +46,26 @@ def test_a2c_report_ends_in_nan_scale_and_the_knobs_fix_it(tmp_path):
         if label == "broken":
             assert _seed_verdicts(trial) == ["nan_scale", "nan_scale"]
             assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable"
+            _diagnosed_again_from_mlflow(tmp_path / label, "nan_scale")
         else:
             assert _seed_verdicts(trial) == ["healthy", "healthy"] and trial.state.name == "COMPLETE"
+
+
+def _diagnosed_again_from_mlflow(cwd: Path, verdict: str) -> None:
+    """`rlsweep diagnose RUN_ID` on the sweep's own seed runs reaches the same verdict."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("repro_a2c_nan_scale").experiment_id],
+                              filter_string="tags.`rlsweep.seed` != ''")
+    assert len(runs) == 2
+    for run in runs:
+        assert "Expected parameter" in run.data.tags["rlsweep.error"]
+        result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", run.info.run_id, "--tracking-uri", uri,
+                                 "--json"], capture_output=True, text=True, env=subprocess_env(), cwd=cwd)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["verdict"] == verdict
 
 
 def test_recurrent_report_dead_policy_gradient(tmp_path):
