@@ -23,6 +23,12 @@ class _Faulty(gym.Wrapper):
         if self.at_step is not None and self.steps >= self.at_step:
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.how == "keyboard":
+                raise KeyboardInterrupt
+            if self.how == "oom":  # what torch raises when CUDA runs out of memory
+                import torch
+
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
             raise RuntimeError(f"env exploded at step {self.steps}")
         return self.env.step(action)
 

@@ -148,7 +148,7 @@ def test_ui_serves_the_store_on_localhost(tiny_sweep: Path) -> None:
     assert f"http://127.0.0.1:{port}" in out
 
 
-@pytest.mark.parametrize("how", ["raise", "kill"])
+@pytest.mark.parametrize("how", ["raise", "kill", "keyboard", "oom"])
 def test_a_crashing_trial_does_not_stop_the_sweep(how: str, tmp_path: Path) -> None:
     data = tiny_spec("faulty", env={"id": "tests.helpers:faulty_cartpole", "n_envs": 1, "kwargs": {"how": how}},
                      space={"env.kwargs.fail_at_step": {"type": "choice", "values": [None, 40]}},
@@ -164,7 +164,8 @@ def test_a_crashing_trial_does_not_stop_the_sweep(how: str, tmp_path: Path) -> N
     broken = by_fault[40]
     assert broken.state.name == "FAIL"
     assert broken.user_attrs["rlsweep.outcome"] == "crashed"
-    expected = "RuntimeError: env exploded at step 40" if how == "raise" else "WorkerDied"
+    expected = {"raise": "RuntimeError: env exploded at step 40", "kill": "WorkerDied",
+                "keyboard": "KeyboardInterrupt", "oom": "OutOfMemoryError: CUDA out of memory"}[how]
     assert expected in broken.user_attrs["rlsweep.error"]
     parents, children = _runs(client, experiment.experiment_id)
     failed = [c for c in children if c.info.status == "FAILED"]
