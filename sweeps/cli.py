@@ -108,14 +108,11 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
 
 def _sweep_dir(name: str) -> Path:
     """``results/NAME`` for a sweep name, or the storage dir of a sweep YAML file."""
+    from sweeps.results import sweep_folder
+
     if name.endswith((".yaml", ".yml")) and Path(name).is_file():
         return spec_module.load(name).storage_dir
-    folder = spec_module.RESULTS_DIR / name
-    if not (folder / "optuna.db").is_file():
-        known = sorted(p.parent.name for p in spec_module.RESULTS_DIR.glob("*/optuna.db"))
-        hint = f"; sweeps here: {', '.join(known)}" if known else "; no sweep has run here yet"
-        raise UsageError(f"no sweep named '{name}' under {spec_module.RESULTS_DIR}/{hint}")
-    return folder
+    return sweep_folder(name)
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:

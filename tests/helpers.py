@@ -1,10 +1,17 @@
 """Small environments and spec builders for the test suite (entry points name this module)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import gymnasium as gym
 
@@ -62,3 +69,38 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["COLUMNS"] = "200"
     return env
+
+
+class UiServer:
+    """A running ``rlsweep ui``: its base URL, port, the experiment it was asked about, and (after
+    it stopped) everything it printed."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.experiment: dict[str, Any] = {}
+        self.output = ""
+
+
+@contextmanager
+def ui_server(cwd: Path, name: str) -> Iterator[UiServer]:
+    """Start the real ``rlsweep ui NAME`` on a free loopback port, wait until MLflow's REST API
+    knows the experiment, and stop it (and read its output) on the way out."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        server = UiServer(s.getsockname()[1])
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", name, "--port", str(server.port)], cwd=cwd,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"{server.base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={name}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not server.experiment:
+            try:
+                server.experiment = json.load(urllib.request.urlopen(url, timeout=2))["experiment"]
+            except OSError:
+                time.sleep(0.5)
+        assert server.experiment, "MLflow UI did not answer"
+        yield server
+    finally:
+        proc.terminate()
+        server.output, _ = proc.communicate(timeout=30)

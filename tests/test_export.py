@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.helpers import subprocess_env
+from tests.helpers import subprocess_env, ui_server
 
 pytestmark = pytest.mark.slow
 
@@ -175,34 +175,13 @@ def test_report_writes_figures_and_page_and_logs_them(swept: Path) -> None:
     assert {"report/report.html", "report/failure_map.png", "report/curves.png"} <= logged
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path) -> None:
     import json
     import shutil
-    import time
     import urllib.request
 
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", "known", "--port", str(port)], cwd=swept,
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline, experiment = time.monotonic() + 90, None
-        while time.monotonic() < deadline and experiment is None:
-            try:
-                got = json.load(urllib.request.urlopen(
-                    f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=known", timeout=2))
-                experiment = got["experiment"]["experiment_id"]
-            except OSError:
-                time.sleep(0.5)
-        assert experiment is not None, "MLflow UI did not answer"
+    with ui_server(swept, "known") as server:
+        base, experiment = server.base, server.experiment["experiment_id"]
         query = json.dumps({"experiment_ids": [experiment], "max_results": 1000,
                             "filter": "tags.\"stability.verdict\" = 'nan_scale'"}).encode()
         request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=query,
@@ -230,6 +209,3 @@ def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path
                               capture_output=True, text=True, timeout=180)
         assert shot.returncode == 0, shot.stderr[-2000:]
         assert (shots / "mlflow_experiment.png").stat().st_size > 20_000
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=30)

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import optuna
@@ -14,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.helpers import subprocess_env, tiny_spec
+from tests.helpers import subprocess_env, tiny_spec, ui_server
 
 pytestmark = pytest.mark.slow
 
@@ -118,34 +116,15 @@ def test_changed_spec_under_the_same_name_is_refused(tiny_sweep: Path) -> None:
     assert "different spec" in result.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ui_serves_the_store_on_localhost(tiny_sweep: Path) -> None:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", "tiny", "--port", str(port)], cwd=tiny_sweep,
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny"
-        deadline, body = time.monotonic() + 90, None
-        while time.monotonic() < deadline and body is None:
-            try:
-                body = json.load(urllib.request.urlopen(url, timeout=2))
-            except OSError:
-                time.sleep(0.5)
-        assert body is not None, "MLflow UI did not answer"
-        assert body["experiment"]["name"] == "tiny"
+    with ui_server(tiny_sweep, "tiny") as server:
+        assert server.experiment["name"] == "tiny"
+        port = server.port
         listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
         local_addresses = [line.split()[3] for line in listening.splitlines()]
         if local_addresses:  # `ss` is there to ask: the server listens on loopback only
             assert local_addresses == [f"127.0.0.1:{port}"] * len(local_addresses)
-    finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=30)
-    assert f"http://127.0.0.1:{port}" in out
+    assert f"http://127.0.0.1:{port}" in server.output
 
 
 @pytest.mark.parametrize("how", ["raise", "kill", "keyboard", "oom"])
