@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", help="sweep YAML file")
     run.add_argument("--workers", type=_positive, help="parallel trial seeds (default: spec 'workers' or CPUs)")
     run.add_argument("--trials", type=_positive, help="number of trials (overrides the spec's 'trials')")
-    run.add_argument("--backend", default="local", choices=["local"], help="where trials run")
+    run.add_argument("--backend", choices=["local", "ray"], help="where trials run (overrides the spec's backend.kind)")
+    run.add_argument("--address", help="Ray cluster: 'auto', 'ray://HOST:10001' or HOST:PORT (implies --backend ray; "
+                                       "default: start a local Ray instance)")
     validate = sub.add_parser("validate", help="check a sweep file without running it")
     validate.add_argument("spec", nargs="+", help="sweep YAML file(s)")
     status = sub.add_parser("status", help="show a sweep's trials")
@@ -83,10 +85,18 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from sweeps.runner import run_sweep
 
     spec = spec_module.load(args.spec)
-    if args.trials is not None:
-        raw = spec.model_dump(mode="json", exclude_unset=True) | {"trials": args.trials}
-        spec = spec_module.from_dict(raw, source=f"{args.spec} (with --trials {args.trials})")
-    run_sweep(spec, console, workers=args.workers, backend=args.backend)
+    overrides: dict = {"trials": args.trials} if args.trials is not None else {}
+    if args.backend or args.address:
+        backend = spec.backend.model_dump(mode="json")
+        backend["kind"] = args.backend or "ray"
+        if args.address:
+            backend["address"] = args.address
+        overrides["backend"] = backend
+    if overrides:
+        raw = spec.model_dump(mode="json", exclude_unset=True) | overrides
+        flags = " ".join(f"--{k}" for k in ("trials", "backend", "address") if getattr(args, k) is not None)
+        spec = spec_module.from_dict(raw, source=f"{args.spec} (with {flags})")
+    run_sweep(spec, console, workers=args.workers)
     return 0
 
 

@@ -34,6 +34,7 @@ class ActiveTrial:
     parent_run: str = ""
     logged: dict[str, Any] = field(default_factory=dict)  # every hyperparameter, fixed and sampled
     workers: dict[int, str] = field(default_factory=dict)
+    devices: dict[int, dict[str, str]] = field(default_factory=dict)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     errors: dict[int, dict[str, str]] = field(default_factory=dict)
@@ -60,6 +61,7 @@ class Progress:
     best_trial: int | None = None
     started: float = field(default_factory=time.monotonic)
     requeued: list[int] = field(default_factory=list)
+    retried: int = 0       # jobs run again after their worker died
     verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
 
     def eta(self) -> float | None:
@@ -82,6 +84,10 @@ class Driver:
         self._mlflow: deque[Callable[[], None]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
         self._stability = stability_settings(spec)
+        self.attempts: dict[tuple[int, int], list[str]] = {}  # job -> why its earlier attempts failed
+        self.logged_step: dict[tuple[int, int], int] = {}     # job -> last step sent to MLflow
+        self.retry_floor: dict[tuple[int, int], int] = {}     # retried job -> steps up to here are logged
+        self._configs: dict[int, list[TrialConfig]] = {}
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -142,6 +148,7 @@ class Driver:
         active = ActiveTrial(trial.number, trial, params, self.spec.seed_list)
         self.active[trial.number] = active
         active.logged, configs = trial_configs(self.spec, trial.number, params, active.seeds, self._stability)
+        self._configs[trial.number] = configs
         self.jobs.extend(configs)
         self._mlflow.append(lambda: self._start_runs(active))
 
@@ -159,31 +166,65 @@ class Driver:
             return
         if event.kind == "metrics":
             step, values = event.payload
-            self.tracker.log_metrics(active.child_runs[seed], step, values)
+            if step > self.retry_floor.get(event.key, -1):  # a retry repeats steps its first attempt logged
+                self.logged_step[event.key] = max(step, self.logged_step.get(event.key, -1))
+                self.tracker.log_metrics(active.child_runs[seed], step, values)
             return
         if event.kind == "started":
             active.workers[seed] = str(event.payload.get("worker"))
+            if event.payload.get("device"):
+                active.devices[seed] = {k: str(event.payload.get(k)) for k in ("device", "cuda_visible_devices")}
             return
         self.in_flight.discard(event.key)
-        self.progress.jobs_done += 1
         run_id = active.child_runs[seed]
+        if event.kind == "failed" and self._retry(active, event):
+            return
+        self.progress.jobs_done += 1
         if event.kind == "finished":
             self._seed_finished(active, seed, run_id, event.payload)
+        elif event.kind == "cancelled":
+            active.skipped.add(seed)
+            self._mlflow.append(lambda: self.tracker.end_run(
+                run_id, "KILLED", tags={"rlsweep.outcome": "skipped", "rlsweep.cancelled": event.payload["reason"]}
+                | self._attempt_tags(event.key)))
         elif event.kind == "failed":
             error = event.payload
             active.errors[seed] = error
             self._mlflow.append(lambda: self.tracker.end_run(
                 run_id, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.worker": active.workers.get(seed, ""),
-                                        "rlsweep.error": f"{error['type']}: {error['message']}"},
+                                        "rlsweep.error": f"{error['type']}: {error['message']}"}
+                | self._attempt_tags(event.key),
                 texts={"error.txt": error.get("traceback") or error["message"]}))
         if active.finished:
             self._close_trial(active)
 
+    def _retry(self, active: ActiveTrial, event: Event) -> bool:
+        """A job whose worker died (killed, out of memory, node lost) runs again, up to
+        ``backend.max_failures`` times; an exception raised by the trial itself is not retried:
+        the same config and seed would raise it again."""
+        tries = self.attempts.setdefault(event.key, [])
+        if event.payload.get("type") != "WorkerDied" or len(tries) >= self.spec.backend.max_failures:
+            return False
+        tries.append(event.payload["message"])
+        self.retry_floor[event.key] = self.logged_step.get(event.key, -1)
+        config = next(c for c in self._configs[active.number] if c.seed == event.key[1])
+        self.jobs.appendleft(config)
+        self.progress.retried += 1
+        return True
+
+    def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
+        tries = self.attempts.get(key)
+        return {"rlsweep.attempts": str(len(tries) + 1), "rlsweep.retried_after": " | ".join(tries)[:5000]} \
+            if tries else {}
+
     def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: dict[str, Any]) -> None:
         verdict = result.get("verdict") or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
+        device = active.devices.get(seed) or {"device": str((result.get("extra") or {}).get("device", ""))}
         tags = {"rlsweep.worker": active.workers.get(seed, ""), **_verdict_tags(verdict),
-                "stability.context": json.dumps(result.get("context") or {}, default=str)}
+                "stability.context": json.dumps(result.get("context") or {}, default=str),
+                **{f"rlsweep.{k}": v for k, v in device.items() if v and v != "None"},
+                **self._attempt_tags((active.number, seed))}
         files = {"stability/signals.png": result["plot_png"]} if result.get("plot_png") else None
         texts = {"stability/verdict.json": json.dumps(verdict, indent=2)}
         metrics = {"time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
@@ -204,7 +245,12 @@ class Driver:
                                                          texts=texts, files=files))
 
     def _skip_rest(self, active: ActiveTrial) -> None:
-        """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run."""
+        """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run, and
+        those already running are stopped where the backend can (Ray: a Tune stopper)."""
+        running = [k for k in self.in_flight if k[0] == active.number]
+        if running:
+            seeds = ", ".join(str(s) for s in active.unstable)
+            self.backend.cancel(running, f"seed {seeds} of this trial was found {next(iter(active.unstable.values()))}")
         queued = [c for c in self.jobs if c.trial == active.number]
         for config in queued:
             self.jobs.remove(config)
@@ -217,6 +263,7 @@ class Driver:
         from optuna.trial import TrialState
 
         del self.active[active.number]
+        self._configs.pop(active.number, None)
         trial, p = active.optuna_trial, self.progress
         trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
         verdict = trial_verdict(active.verdicts)
@@ -303,7 +350,8 @@ def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: l
     configs = [TrialConfig(sweep=spec.name, trial=number, seed=seed, algo=spec.algo, policy=spec.policy, env=env,
                            hyperparams=hyperparams, total_timesteps=spec.total_timesteps,
                            eval_episodes=spec.objective.eval_episodes, eval_seed=spec.objective.eval_seed_offset + seed,
-                           deterministic=spec.objective.deterministic, stability=stability) for seed in seeds]
+                           deterministic=spec.objective.deterministic, stability=stability,
+                           device=spec.backend.device) for seed in seeds]
     return logged, configs
 
 

@@ -177,7 +177,10 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
     for t in trials:
         jobs += trial_configs(results.spec, t.number, t.params, fresh, stability_settings(results.spec))[1]
     out: dict[int, dict] = {t.number: {"seeds": fresh, "returns": {}, "verdicts": {}} for t in trials}
-    with backends.make("local", max(1, min(workers, len(jobs))), warm_imports=(algos.info(results.spec.algo).module,)) as be:
+    from sweeps.spec import BackendSpec
+
+    with backends.make(BackendSpec(kind="local"), max(1, min(workers, len(jobs))),
+                       warm_imports=(algos.info(results.spec.algo).module,)) as be:
         pending = list(jobs)
         running = 0
         while pending or running:

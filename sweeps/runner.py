@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -44,32 +45,50 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, backend: str = "local") -> Progress:
+def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None) -> Progress:
     from sweeps import algos, backends, study
     from sweeps.driver import Driver
     from sweeps.progress import LiveDisplay, trials_table
     from sweeps.tracking import BackgroundTracker
 
-    _writable_dir(spec.storage_dir)
+    folders = [spec.storage_dir]
     if spec.mlflow_uri.startswith("sqlite:///"):
-        _writable_dir(Path(spec.mlflow_uri[len("sqlite:///"):]).parent)
+        folders.append(Path(spec.mlflow_uri[len("sqlite:///"):]).parent)
+    fresh = [f for f in folders if not f.exists()]
+    for folder in folders:
+        _writable_dir(folder)
     with sweep_lock(spec.storage_dir):
-        (spec.storage_dir / "spec.yaml").write_text(dump_yaml(spec.resolved()))
-        # the spec as validated, loadable again (export re-runs configs from it)
-        (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json")))
         # Workers start first so their ~2 s import of torch overlaps the stores' creation below.
         # They never open either store: the driver creates both and is their only writer.
-        n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1,
-                               spec.n_trials * len(spec.seed_list)))
+        jobs = spec.n_trials * len(spec.seed_list)
+        if spec.backend.kind == "local":
+            n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1, jobs))
+        else:  # the cluster's resources decide, within these bounds
+            n_workers = min(workers or spec.workers or jobs, jobs)
         warm = (algos.info(spec.algo).module,)
-        with backends.make(backend, n_workers, warm_imports=warm) as be:
+        try:
+            be = backends.make(spec.backend, n_workers, warm_imports=warm, storage=spec.storage_dir)
+        except UsageError:  # refused before anything ran: leave no trace of this sweep
+            if spec.storage_dir in fresh:
+                shutil.rmtree(spec.storage_dir, ignore_errors=True)
+            for folder in fresh:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+            raise
+        with be:
+            (spec.storage_dir / "spec.yaml").write_text(dump_yaml(spec.resolved()))
+            # the spec as validated, loadable again (export re-runs configs from it)
+            (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json")))
+            n_workers, backend = be.capacity, _describe(spec)
             tracker = BackgroundTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
             the_study = study.open_study(spec)
             console.print(f"[bold]{spec.name}[/bold]: {spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
                           f"{len(spec.seed_list)} seeds, {spec.total_timesteps} steps each, {n_workers} "
-                          f"{backend} worker{'s' if n_workers > 1 else ''}", highlight=False)
+                          f"{backend} at once", highlight=False)
             with LiveDisplay(console) as display:
                 progress = Driver(spec, be, tracker, the_study, on_change=display).run()
+        if progress.retried:
+            console.print(f"{progress.retried} job(s) ran again after their worker died (backend.max_failures)")
         if progress.requeued:
             console.print(f"rerun after an interruption: trials {progress.requeued}")
         console.print(trials_table(the_study.get_trials(deepcopy=False), f"{spec.name}: best trials", limit=10))
@@ -77,3 +96,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, bac
                   f"Browse: rlsweep ui {spec.name}    Trials: rlsweep status {spec.name}\n"
                   f"Safe configs: rlsweep export {spec.name}    Figures: rlsweep report {spec.name}", highlight=False)
     return progress
+
+
+def _describe(spec: SweepSpec) -> str:
+    if spec.backend.kind == "local":
+        return "local workers"
+    res = spec.backend.resources_per_trial
+    share = f"cpu {res.cpu:g}" + (f", gpu {res.gpu:g}" if res.gpu else "")
+    where = spec.backend.address or "a local instance"
+    return f"Ray Tune trials ({share} each, on {where})"

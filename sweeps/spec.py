@@ -70,6 +70,40 @@ class StabilitySpec(_Model):
     thresholds: str | None = None   # a YAML file overriding conf/stability.yaml's defaults
 
 
+class ResourcesSpec(_Model):
+    """What one trial seed holds while it runs (Ray backend): CPUs and a share of a GPU."""
+
+    cpu: float = Field(1.0, gt=0, le=1024)
+    gpu: float = Field(0.0, ge=0, le=64)
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_ok(cls, v: float) -> float:
+        if v > 1 and v != int(v):
+            raise ValueError("a GPU share above 1 must be a whole number of GPUs")
+        return v
+
+
+class BackendSpec(_Model):
+    """Where trials run. ``local``: worker processes on this machine. ``ray``: Ray Tune, on a Ray
+    instance started for the sweep (``address: null``) or an existing cluster."""
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+    resources_per_trial: ResourcesSpec = ResourcesSpec()
+    max_concurrent: PositiveInt | None = None
+    max_failures: int = Field(0, ge=0, le=100)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("address")
+    @classmethod
+    def _address_ok(cls, v: str | None) -> str | None:
+        if v is not None and not (v == "auto" or v.startswith("ray://") or re.match(r"^[\w.-]+:\d+$", v)):
+            raise ValueError("expected null (start a local Ray), 'auto' (the cluster this machine belongs to), "
+                             "'ray://HOST:PORT' or 'HOST:PORT'")
+        return v
+
+
 class SweepSpec(_Model):
     name: str
     env: EnvSpec
@@ -86,6 +120,7 @@ class SweepSpec(_Model):
     storage: StorageSpec = StorageSpec()
     tracking: TrackingSpec = TrackingSpec()
     stability: StabilitySpec = StabilitySpec()
+    backend: BackendSpec = BackendSpec()
 
     @field_validator("name")
     @classmethod
@@ -272,6 +307,20 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
         issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
     issues += _sampler_issues(spec, dims)
     issues += _stability_issues(spec)
+    issues += _backend_issues(spec.backend)
+    return issues
+
+
+def _backend_issues(backend: BackendSpec) -> list[Issue]:
+    """Settings that only the Ray backend can honour, asked of the local one."""
+    if backend.kind == "ray":
+        return []
+    issues = []
+    if backend.address is not None:
+        issues.append(Issue("backend.address", "applies to kind 'ray' only; set 'kind: ray' or drop it"))
+    if backend.resources_per_trial.gpu > 0:
+        issues.append(Issue("backend.resources_per_trial.gpu", "GPU shares are scheduled by the ray backend; set "
+                                                               "'kind: ray' (local workers use 'device' instead)"))
     return issues
 
 

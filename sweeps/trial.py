@@ -5,6 +5,7 @@ only through ``reporter`` (metrics while training) and its return value (the eva
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -28,7 +29,7 @@ class TrialConfig:
     eval_seed: int = 1_000_000
     deterministic: bool = True
     torch_threads: int = 1
-    device: str = "cpu"
+    device: str = "auto"  # resolved in the worker: see resolve_device
     stability: dict[str, Any] = field(default_factory=dict)  # {enabled, stop_on, thresholds}
 
     @property
@@ -58,6 +59,19 @@ class Reporter(Protocol):
     def metrics(self, step: int, values: dict[str, float]) -> None: ...
 
 
+def resolve_device(requested: str, gpu_assigned: bool | None = None) -> str:
+    """The torch device for a seed. ``auto``: CUDA when this worker was given a GPU (by Ray, or by a
+    ``CUDA_VISIBLE_DEVICES`` naming one) and torch can use it; the CPU otherwise."""
+    if requested != "auto":
+        return requested
+    import torch
+
+    if gpu_assigned is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        gpu_assigned = bool(visible) and not visible.startswith("-")
+    return "cuda" if gpu_assigned and torch.cuda.is_available() else "cpu"
+
+
 def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     import numpy as np
     import torch
@@ -65,10 +79,11 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     from sweeps import knobs
 
     torch.set_num_threads(config.torch_threads)
+    device = resolve_device(config.device)
     algo_class = algos.load_class(config.algo)
     built = knobs.build(algo_class, config.policy, config.hyperparams)
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
-    model = built.algo_class(built.policy, env, seed=config.seed, device=config.device, verbose=0,
+    model = built.algo_class(built.policy, env, seed=config.seed, device=device, verbose=0,
                              **built.algo_kwargs)
     model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy,
                                 min_gap=config.total_timesteps // MAX_POINTS))
@@ -98,7 +113,7 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
                        episode_returns=[float(r) for r in returns], timesteps=int(model.num_timesteps),
                        train_seconds=train_seconds, eval_seconds=eval_seconds, verdict=_verdict(watch),
-                       context=watch.history.context, plot_png=_plot(watch, config))
+                       context=watch.history.context, plot_png=_plot(watch, config), extra={"device": device})
 
 
 def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any:

@@ -19,15 +19,23 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class _Faulty(gym.Wrapper):
-    """CartPole that fails on purpose after ``at_step`` steps: raises, or kills its own process."""
+    """CartPole that fails on purpose after ``at_step`` steps: raises, or kills its own process.
+    With ``once_marker`` (a file path) it fails only where that file does not exist yet, creating
+    it first: the first job to get there fails, its retry and every other job do not."""
 
-    def __init__(self, env: gym.Env, at_step: int | None, how: str) -> None:
+    def __init__(self, env: gym.Env, at_step: int | None, how: str, once_marker: str | None = None) -> None:
         super().__init__(env)
-        self.at_step, self.how, self.steps = at_step, how, 0
+        self.at_step, self.how, self.steps, self.marker = at_step, how, 0, once_marker
 
     def step(self, action: Any):
         self.steps += 1
         if self.at_step is not None and self.steps >= self.at_step:
+            if self.marker is not None:
+                try:
+                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    self.at_step = None
+                    return self.env.step(action)
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.how == "keyboard":
@@ -40,8 +48,50 @@ class _Faulty(gym.Wrapper):
         return self.env.step(action)
 
 
-def faulty_cartpole(fail_at_step: int | None = None, how: str = "raise") -> gym.Env:
-    return _Faulty(gym.make("CartPole-v1"), fail_at_step, how)
+def faulty_cartpole(fail_at_step: int | None = None, how: str = "raise", once_marker: str | None = None) -> gym.Env:
+    return _Faulty(gym.make("CartPole-v1"), fail_at_step, how, once_marker)
+
+
+def become_subreaper() -> None:
+    """Linux: processes orphaned below this one are re-parented to it rather than to init, so a
+    test can see every process its subprocesses left behind."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def descendants(root: int | None = None) -> dict[int, str]:
+    """Living descendants of ``root`` (default: this process), pid -> command line. Zombies that
+    were re-parented here are reaped first."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                if fields[0] != "Z":
+                    parents[int(entry.name)] = int(fields[1])
+            except (OSError, ValueError):
+                continue
+    root = root or os.getpid()
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                try:
+                    found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    found[pid] = "?"
+                frontier.append(pid)
+    return found
 
 
 def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:

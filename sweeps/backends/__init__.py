@@ -1,18 +1,34 @@
-"""Where trials run. ``make(name, workers)`` is the only way the driver gets a backend."""
+"""Where trials run. ``make(...)`` is the only way the driver gets a backend."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sweeps.backends._base import Backend, Event
 
-NAMES = ("local",)
+if TYPE_CHECKING:
+    from sweeps.spec import BackendSpec
+
+NAMES = ("local", "ray")
 
 
-def make(name: str, workers: int, warm_imports: tuple[str, ...] = ()) -> Backend:
-    """``warm_imports``: modules each worker imports as soon as it starts (the algorithm's package)."""
-    if name == "local":
+def make(settings: "BackendSpec", workers: int, warm_imports: tuple[str, ...] = (),
+         storage: Path | None = None) -> Backend:
+    """``workers``: the most jobs to run at once (local: exactly that many processes; ray: an upper
+    bound on what the cluster's resources allow). ``warm_imports``: modules a worker imports as soon
+    as it starts (the algorithm's package). ``storage``: the sweep's folder."""
+    if settings.kind == "local":
         from sweeps.backends._local import LocalBackend
 
         return LocalBackend(workers, warm_imports)
-    raise ValueError(f"backend '{name}' is not one of {', '.join(NAMES)}")
+    if settings.kind == "ray":
+        from sweeps.backends._ray import RayBackend, RaySettings
+
+        res = settings.resources_per_trial
+        return RayBackend(RaySettings(address=settings.address, cpu=res.cpu, gpu=res.gpu,
+                                      max_concurrent=settings.max_concurrent,
+                                      storage=storage / "ray" if storage else None), warm_imports, limit=workers)
+    raise ValueError(f"backend '{settings.kind}' is not one of {', '.join(NAMES)}")
 
 
 __all__ = ["Backend", "Event", "NAMES", "make"]

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from sweeps.trial import TrialConfig
 
-EventKind = Literal["started", "metrics", "finished", "failed"]
+EventKind = Literal["started", "metrics", "finished", "failed", "cancelled"]
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,8 @@ class Event:
     """What a backend tells the driver about one job ``key = (trial, seed)``.
 
     ``payload``: ``started`` -> {"worker": str}; ``metrics`` -> (step, {name: value});
-    ``finished`` -> TrialResult as a dict; ``failed`` -> {"type", "message", "traceback"}.
+    ``finished`` -> TrialResult as a dict; ``failed`` -> {"type", "message", "traceback"};
+    ``cancelled`` -> {"reason"} (a job the driver cancelled, stopped before it finished).
     """
 
     kind: EventKind
@@ -39,6 +40,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def poll(self, timeout: float) -> list[Event]:
         """Events since the last call, waiting up to ``timeout`` seconds for the first one."""
+
+    def cancel(self, keys: list[tuple[int, int]], reason: str) -> None:
+        """Stop these submitted jobs early if the backend can (each then ends with a ``cancelled``
+        event, or its usual one if it finished first). By default jobs run to their end."""
 
     @abc.abstractmethod
     def close(self) -> None:

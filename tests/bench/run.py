@@ -117,9 +117,18 @@ def bench_zoo(repeat: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def bench_ray(repeat: int) -> dict:
+    """The same sweep on local workers and on a local 2-CPU Ray instance (ray_compare.py)."""
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "ray_compare.py"), str(repeat)],
+                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs,
            "stability_cost": _stability("cost"), "stability_detection": _stability("detection"),
-           "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo}
+           "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo, "ray": bench_ray}
 
 
 def main() -> None:
@@ -152,6 +161,15 @@ def main() -> None:
         lines.append(f"- Knob cost ({k['date']}, x{k['repeat']}), PPO Pendulum {k['steps']} steps: log_std bound + "
                      f"grad-norm logging / plain = **{k['ratio_wall']}** wall, {k['ratio_cpu']} CPU "
                      f"(target {k['target']}); plain {k['plain_s']} s, with knobs {k['knobs_s']} s")
+    if "ray" in figures:
+        r = figures["ray"]
+        pj = r["per_job"]
+        lines.append(f"- Ray backend ({r['date']}, x{r['repeat']}), {r['sweep']}: ray / local = "
+                     f"**{r['ratio_ray_over_local']}** wall (target {r['target_ratio']}); local {r['local_s']} s, "
+                     f"ray {r['ray_s']} s. Per-job overhead after warm-up: ray median {pj['ray']['overhead_median_s']} s "
+                     f"(max {pj['ray']['overhead_max_s']}), local median {pj['local']['overhead_median_s']} s "
+                     f"(target {r['target_overhead']}); Ray start {pj['ray']['startup_s']} s, stop "
+                     f"{pj['ray']['shutdown_s']} s")
     (OUT / "foundation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     sys.path.insert(0, str(REPO))

@@ -1,0 +1,333 @@
+"""Ray backend: seed jobs become Ray Tune trials; the driver stays the only writer of both stores.
+
+Tune runs in a thread of the driver process and asks a :class:`_Feed` searcher for work: the
+driver's submitted jobs, one Tune trial per (trial, seed). Tune does what it is good at (placing
+trials on the cluster's CPUs and GPU shares, reusing actors so torch and SB3 are imported once
+per actor, stopping trials); everything Optuna or MLflow must learn comes back to the driver as
+:class:`Event` s through a :class:`_Relay` callback, exactly as from the local backend.
+
+Workers report through ``tune.report``, which waits for the driver's Tune loop to take each
+report; metric dumps are therefore sent in batches, at most one report per ``REPORT_EVERY``
+seconds, so training never waits on the driver.
+
+Retries of jobs whose worker died are the driver's (``backend.max_failures``), the same on every
+backend; Tune's own ``max_failures`` stays 0 so no trial runs twice behind the driver's back.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+from ray.tune.search import Searcher
+
+from sweeps.backends._base import Backend, Event, failure
+from sweeps.errors import UsageError
+from sweeps.trial import TrialConfig
+
+REPORT_EVERY = 1.0  # seconds between a worker's metric reports to Tune
+
+
+# --- driver side: state shared between the driver thread and Tune's thread ------------------------
+@dataclass
+class _Channel:
+    jobs: "queue.Queue[TrialConfig]" = field(default_factory=queue.Queue)
+    events: "queue.Queue[Event]" = field(default_factory=queue.Queue)
+    closing: threading.Event = field(default_factory=threading.Event)
+    tune_ids: dict[str, tuple[int, int]] = field(default_factory=dict)   # Tune trial id -> job key
+    cancelled: dict[tuple[int, int], str] = field(default_factory=dict)  # job key -> reason
+    ended: set[tuple[int, int]] = field(default_factory=set)
+
+
+# Tune pickles its searcher, callbacks and stopper into the experiment state; they hold only the
+# id of their channel, and find it here (they always run in the driver process).
+_CHANNELS: dict[str, _Channel] = {}
+
+
+class Feed(Searcher):
+    """Hands Tune the driver's submitted jobs; ``None`` means "nothing yet, ask again"."""
+
+    def __init__(self, channel_id: str) -> None:
+        super().__init__(metric=None, mode=None)
+        self.channel_id = channel_id
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        channel = _CHANNELS[self.channel_id]
+        if channel.closing.is_set():
+            return Searcher.FINISHED
+        while True:
+            try:
+                job = channel.jobs.get_nowait()
+            except queue.Empty:
+                return None
+            if job.key in channel.cancelled:  # cancelled before it started
+                _end(channel, job.key, Event("cancelled", job.key, {"reason": channel.cancelled[job.key]}))
+                continue
+            channel.tune_ids[trial_id] = job.key
+            channel.ended.discard(job.key)  # a retry of a job whose worker died starts afresh
+            return {"job": job}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+
+class Relay(tune.Callback):
+    """Turns what Tune hears from a trial into driver events."""
+
+    def __init__(self, channel_id: str) -> None:
+        self.channel_id = channel_id
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        channel = _CHANNELS[self.channel_id]
+        key = channel.tune_ids.get(trial.trial_id)
+        for kind, payload in result.get("rlsweep", ()):
+            if kind in ("finished", "failed"):
+                _end(channel, key, Event(kind, key, payload))
+            elif key not in channel.ended:
+                channel.events.put(Event(kind, key, payload))
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        channel = _CHANNELS[self.channel_id]
+        key = channel.tune_ids.get(trial.trial_id)
+        text = _error_text(trial)
+        last = text.strip().splitlines()[-1][:500] if text.strip() else "no error text"
+        message = f"the Ray worker running this seed failed: {last}"
+        _end(channel, key, Event("failed", key, {"type": "WorkerDied", "message": message, "traceback": text}))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        channel = _CHANNELS[self.channel_id]
+        key = channel.tune_ids.get(trial.trial_id)
+        # ended without a result of ours: Tune stopped it (a cancelled job, or the sweep closing)
+        _end(channel, key, Event("cancelled", key, {"reason": channel.cancelled.get(key, "stopped by Tune")}))
+
+
+class VerdictStopper(tune.Stopper):
+    """Tune-side stopping: a job the driver cancelled (its trial was already proved doomed by a
+    sibling seed's verdict) is stopped at its next report, freeing its CPU and GPU share."""
+
+    def __init__(self, channel_id: str) -> None:
+        self.channel_id = channel_id
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        channel = _CHANNELS[self.channel_id]
+        return channel.tune_ids.get(trial_id) in channel.cancelled
+
+    def stop_all(self) -> bool:
+        return _CHANNELS[self.channel_id].closing.is_set()
+
+
+def _end(channel: _Channel, key: tuple[int, int] | None, event: Event) -> None:
+    """The one terminal event of a job; Tune may tell of its end twice (result, then complete)."""
+    if key is None or key in channel.ended:
+        return
+    channel.ended.add(key)
+    channel.events.put(event)
+
+
+def _error_text(trial: Any) -> str:
+    try:
+        path = trial.error_file
+        if path and Path(path).is_file():
+            return Path(path).read_text(errors="replace")[-20000:]
+    except Exception:  # noqa: BLE001 - the error text is a courtesy; its absence must not stop the sweep
+        pass
+    return str(getattr(trial, "error_msg", "") or "")
+
+
+# --- worker side --------------------------------------------------------------------------------
+class _TuneReporter:
+    """Collects a job's events and reports them to Tune in batches (see REPORT_EVERY)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, Any]] = []
+        self.last = time.monotonic()
+
+    def send(self, kind: str, payload: Any, now: bool = False) -> None:
+        self.pending.append((kind, payload))
+        if now or time.monotonic() - self.last >= REPORT_EVERY:
+            batch, self.pending = self.pending, []
+            self.last = time.monotonic()
+            tune.report({"rlsweep": batch})
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        self.send("metrics", (int(step), values))
+
+
+def run_job(tune_config: dict[str, Any]) -> None:
+    """The Tune trainable: one seed job, on whatever CPU and GPU share Tune placed it."""
+
+    from sweeps import trial
+
+    job: TrialConfig = tune_config["job"]
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    gpu_ids = ray.get_gpu_ids()
+    job = replace(job, device=trial.resolve_device(job.device, gpu_assigned=bool(gpu_ids)),
+                  torch_threads=max(1, int(cpus)))
+    reporter = _TuneReporter()
+    reporter.send("started", {"worker": f"ray:{ray.util.get_node_ip_address()}:{os.getpid()}", "pid": os.getpid(),
+                              "device": job.device, "gpu_ids": [str(g) for g in gpu_ids],
+                              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}, now=True)
+    try:
+        result = trial.run(job, reporter).to_dict()
+    except Exception as exc:  # noqa: BLE001 - a trial may raise anything; the sweep goes on
+        reporter.send("failed", failure(exc, traceback.format_exc()), now=True)
+        return
+    except KeyboardInterrupt as exc:  # a worker's own interrupt is the trial's crash, not Tune's stop
+        reporter.send("failed", failure(exc, traceback.format_exc()), now=True)
+        return
+    if result.get("plot_png") is not None:
+        result["plot_png"] = base64.b64encode(result["plot_png"]).decode()
+        result["plot_png_b64"] = True
+    reporter.send("finished", result, now=True)
+
+
+def decode_result(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("plot_png_b64"):
+        payload = dict(payload, plot_png=base64.b64decode(payload["plot_png"]))
+        payload.pop("plot_png_b64")
+    return payload
+
+
+# --- the backend ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RaySettings:
+    address: str | None = None       # None: start a local instance for this sweep
+    cpu: float = 1.0                 # per trial seed
+    gpu: float = 0.0
+    max_concurrent: int | None = None
+    storage: Path | None = None      # Tune's experiment folder (results/NAME/ray)
+    num_cpus: int | None = None      # for a local instance: CPUs it offers (default: this machine's)
+    num_gpus: int | None = None
+
+
+class RayBackend(Backend):
+    name = "ray"
+
+    def __init__(self, settings: RaySettings, warm_imports: tuple[str, ...] = (), limit: int | None = None) -> None:
+        self.settings = settings
+        self._started_ray = False
+        self._channel: _Channel | None = None
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs; Tune writes no CSV/JSON
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        if not ray.is_initialized():
+            self._init_ray(ray)
+        try:
+            self.capacity = self._capacity(ray, limit)
+            self._start_tune()
+        except BaseException:
+            self.close()
+            raise
+
+    def _init_ray(self, ray: Any) -> None:
+        s = self.settings
+        path = os.pathsep.join([os.getcwd(), *(p for p in sys.path if p and Path(p).is_dir())])
+        common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True,
+                      runtime_env={"env_vars": {"PYTHONPATH": path, "PYTHONHASHSEED": "0"}})
+        try:
+            if s.address is None:
+                ray.init(num_cpus=s.num_cpus or os.cpu_count() or 1, num_gpus=s.num_gpus,
+                         include_dashboard=False, **common)
+            else:
+                ray.init(address=s.address, **common)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = "start a local Ray instance" if s.address is None else f"connect to Ray at '{s.address}'"
+            raise UsageError(f"cannot {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
+                             f"Check 'backend.address' (null starts a local instance; 'auto' joins the cluster "
+                             f"this machine belongs to; 'ray://HOST:10001' a remote one).") from None
+        self._started_ray = True
+
+    def _capacity(self, ray: Any, limit: int | None) -> int:
+        """How many jobs can run at once, from what each alive node offers. A request no node can
+        ever meet is refused here: Ray would leave such trials PENDING forever."""
+        s = self.settings
+        offers = [(n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0))
+                  for n in ray.nodes() if n.get("Alive")]
+        slots = 0
+        for cpu, gpu in offers:
+            fit = math.floor(cpu / s.cpu + 1e-9)
+            if s.gpu > 0:
+                fit = min(fit, math.floor(gpu / s.gpu + 1e-9))
+            slots += fit
+        if slots == 0:
+            have = "; ".join(f"CPU {c:g}, GPU {g:g}" for c, g in offers) or "no alive nodes"
+            raise UsageError(f"backend.resources_per_trial asks for cpu {s.cpu:g} and gpu {s.gpu:g} per trial, but "
+                             f"no node of the Ray cluster has that much ({have}). Ray would leave every trial "
+                             f"waiting forever. Lower 'backend.resources_per_trial' or add a node that has it.")
+        for bound in (s.max_concurrent, limit):
+            if bound:
+                slots = min(slots, bound)
+        return slots
+
+    def _start_tune(self) -> None:
+        self._id = uuid.uuid4().hex
+        self._channel = _CHANNELS[self._id] = _Channel()
+        s = self.settings
+        resources = {"cpu": s.cpu} | ({"gpu": s.gpu} if s.gpu else {})
+        storage = (s.storage or Path("results") / "ray").resolve()
+        storage.mkdir(parents=True, exist_ok=True)
+        tuner = tune.Tuner(
+            tune.with_resources(run_job, resources),
+            tune_config=tune.TuneConfig(search_alg=Feed(self._id), num_samples=-1, reuse_actors=True,
+                                        max_concurrent_trials=self.capacity,
+                                        trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
+            run_config=tune.RunConfig(storage_path=str(storage), name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
+                                      callbacks=[Relay(self._id)], stop=VerdictStopper(self._id), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=0),
+                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+        self._tune_error: BaseException | None = None
+
+        def fit() -> None:
+            try:
+                tuner.fit()
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver thread by poll()
+                self._tune_error = exc
+
+        self._thread = threading.Thread(target=fit, name="rlsweep-tune", daemon=True)
+        self._thread.start()
+
+    # --- the contract ---------------------------------------------------------------------------
+    def submit(self, config: TrialConfig) -> None:
+        self._channel.jobs.put(config)
+
+    def cancel(self, keys: list[tuple[int, int]], reason: str) -> None:
+        for key in keys:
+            self._channel.cancelled[key] = reason
+
+    def poll(self, timeout: float) -> list[Event]:
+        events: list[Event] = []
+        try:
+            events.append(self._channel.events.get(timeout=timeout))
+            while True:
+                events.append(self._channel.events.get_nowait())
+        except queue.Empty:
+            pass
+        if not events and not self._thread.is_alive() and not self._channel.closing.is_set():
+            raise RuntimeError(f"Ray Tune stopped unexpectedly: {self._tune_error!r}")
+        return [Event(e.kind, e.key, decode_result(e.payload)) if e.kind == "finished" else e for e in events]
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.closing.set()
+            self._thread.join(timeout=60)
+            _CHANNELS.pop(self._id, None)
+            self._channel = None
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+
+def _trial_name(trial: Any) -> str:
+    job = trial.config.get("job")
+    return f"trial{job.trial}_seed{job.seed}_{trial.trial_id}" if job is not None else trial.trial_id

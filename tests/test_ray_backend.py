@@ -1,0 +1,165 @@
+"""The Ray backend, on a real local Ray instance (2 CPUs, as on CI).
+
+Each test that starts Ray also proves that nothing of it is left running afterwards: the test
+process is made a subreaper, so whatever a sweep leaves behind is re-parented here and seen.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.helpers import become_subreaper, descendants, tiny_spec
+
+ray = pytest.importorskip("ray")
+
+_RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "dashboard", "log_monitor", "runtime_env_agent")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _subreaper() -> None:
+    become_subreaper()
+
+
+def _ray_left() -> list[str]:
+    """Ray processes still alive below this test process (they get a few seconds to exit)."""
+    deadline = time.monotonic() + 15
+    while True:
+        left = [cmd for cmd in descendants().values() if any(name in cmd for name in _RAY_NAMES)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def _grid_spec(name: str, marker: Path, **backend) -> dict:
+    """2 grid trials x 2 seeds; the first job to reach step 300 has its worker killed (once)."""
+    return tiny_spec(name, env={"id": "tests.helpers:faulty_cartpole", "n_envs": 2,
+                                "kwargs": {"fail_at_step": 150, "how": "kill", "once_marker": str(marker)}},
+                     space={"learning_rate": {"type": "choice", "values": [0.001, 0.003]}},
+                     sampler={"kind": "grid"}, trials=2, backend={"max_failures": 1, **backend})
+
+
+def _runs(name: str) -> list:
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{Path('results/mlflow.db').resolve()}")
+    experiment = client.get_experiment_by_name(name)
+    return client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def test_ray_runs_the_sweep_like_local_and_retries_a_killed_worker(cli, write_spec, workdir: Path) -> None:
+    results = {}
+    for kind in ("local", "ray"):
+        path = write_spec(_grid_spec(f"grid_{kind}", workdir / f"killed_{kind}"), name=f"{kind}.yaml")
+        done = cli("run", str(path), "--backend", kind)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 job(s) ran again after their worker died" in done.stdout
+        assert (workdir / f"killed_{kind}").exists()  # a worker really was killed
+        study = optuna.load_study(study_name=f"grid_{kind}", storage=f"sqlite:///{workdir}/results/grid_{kind}/optuna.db")
+        trials = study.get_trials(deepcopy=False)
+        assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+        results[kind] = {t.params["learning_rate"]: (t.value, t.user_attrs["rlsweep.returns"]) for t in trials}
+        runs = _runs(f"grid_{kind}")
+        seeds = [r for r in runs if "rlsweep.seed" in r.data.tags]
+        assert len(runs) == 6 and len(seeds) == 4  # 2 trial runs + 2 x 2 seed runs: no duplicate from the retry
+        retried = [r for r in seeds if r.data.tags.get("rlsweep.attempts") == "2"]
+        assert len(retried) == 1 and "died" in retried[0].data.tags["rlsweep.retried_after"]
+        assert {r.data.tags["stability.verdict"] for r in seeds} == {"healthy"}
+        assert all(r.data.tags["rlsweep.device"] == "cpu" for r in seeds)
+        import mlflow
+
+        history = mlflow.MlflowClient(f"sqlite:///{workdir}/results/mlflow.db").get_metric_history(
+            retried[0].info.run_id, "rollout/ep_rew_mean")
+        steps = [m.step for m in history]
+        assert steps and len(steps) == len(set(steps))  # the retry's repeated steps were not logged twice
+        results[kind + "_schema"] = (sorted({k for r in seeds for k in r.data.metrics}),
+                                     sorted({k for r in seeds for k in r.data.tags if k != "rlsweep.worker"}))
+    # same configs, same seeds: the same returns, whichever backend ran them
+    assert results["ray"] == results["local"]
+    assert results["ray_schema"] == results["local_schema"]
+    assert (workdir / "results" / "grid_ray" / "ray").is_dir()  # Tune's experiment state, inside the sweep folder
+    assert _ray_left() == []
+
+
+def test_impossible_resources_are_refused_before_anything_is_written(cli, write_spec, workdir: Path) -> None:
+    spec = tiny_spec("gpu_wanted", backend={"kind": "ray", "resources_per_trial": {"cpu": 1, "gpu": 0.25}})
+    done = cli("run", str(write_spec(spec)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "gpu 0.25" in done.stderr and "no node of the Ray cluster" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (workdir / "results").exists()
+    assert _ray_left() == []
+
+
+def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path) -> None:
+    """Ray started with one *logical* GPU: four trials at gpu 0.25 run at once, each told
+    CUDA_VISIBLE_DEVICES, and each trains on the CPU because torch finds no CUDA here."""
+    from sweeps import driver, spec as spec_module
+    from sweeps.backends._ray import RayBackend, RaySettings
+    from sweeps.errors import UsageError
+
+    spec = spec_module.from_dict(tiny_spec("shares", total_timesteps=4096))
+    jobs = driver.trial_configs(spec, 0, {"learning_rate": 1e-3}, [0, 1, 2, 3], driver.stability_settings(spec))[1]
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        for cpu, gpu in ((1, 2), (4, 0.25)):
+            with pytest.raises(UsageError, match="no node of the Ray cluster"):
+                RayBackend(RaySettings(cpu=cpu, gpu=gpu))
+        started, finished = {}, {}
+        with RayBackend(RaySettings(cpu=0.5, gpu=0.25, storage=workdir / "tune")) as backend:
+            assert backend.capacity == 4
+            for job in jobs:
+                backend.submit(job)
+            deadline = time.monotonic() + 240
+            while len(finished) < 4 and time.monotonic() < deadline:
+                for event in backend.poll(0.5):
+                    if event.kind == "started":
+                        started[event.key] = (time.monotonic(), event.payload)
+                    elif event.kind in ("finished", "failed"):
+                        assert event.kind == "finished", event.payload
+                        finished[event.key] = time.monotonic()
+            assert len(finished) == 4
+            # all four held their share at the same time
+            assert max(t for t, _ in started.values()) < min(finished.values())
+            for _, payload in started.values():
+                assert payload["cuda_visible_devices"] == "0" and payload["gpu_ids"] == ["0"]
+                assert payload["device"] == "cpu"
+            # a cancelled job (its trial was proved doomed by a sibling) is stopped by Tune
+            long_job = driver.trial_configs(spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)), 1,
+                                            {"learning_rate": 1e-3}, [0], driver.stability_settings(spec))[1][0]
+            backend.submit(long_job)
+            ended, asked = None, None
+            deadline = time.monotonic() + 120
+            while ended is None and time.monotonic() < deadline:
+                for event in backend.poll(0.5):
+                    if event.kind == "started":
+                        asked = time.monotonic()
+                        backend.cancel([long_job.key], "seed 1 of this trial was found nan_scale")
+                    elif event.kind in ("finished", "failed", "cancelled"):
+                        ended = event
+            assert ended is not None and ended.kind == "cancelled", ended
+            assert ended.payload["reason"] == "seed 1 of this trial was found nan_scale"
+            assert time.monotonic() - asked < 10  # stopped at its next report, not at the end of 200k steps
+    finally:
+        ray.shutdown()
+    assert _ray_left() == []
+
+
+def test_backend_section_is_checked(write_spec) -> None:
+    from sweeps import spec as spec_module
+    from sweeps.errors import SpecError
+
+    for backend, where in (({"kind": "local", "resources_per_trial": {"gpu": 0.5}}, "backend.resources_per_trial.gpu"),
+                           ({"kind": "local", "address": "auto"}, "backend.address"),
+                           ({"kind": "ray", "resources_per_trial": {"gpu": 1.5}}, "backend.resources_per_trial.gpu"),
+                           ({"kind": "ray", "address": "nowhere"}, "backend.address"),
+                           ({"kind": "slurm"}, "backend.kind")):
+        with pytest.raises(SpecError) as info:
+            spec_module.load(write_spec(tiny_spec("b", backend=backend)))
+        assert where in str(info.value), (backend, str(info.value))
+    ok = spec_module.load(write_spec(tiny_spec("b", backend={"kind": "ray", "address": "ray://head:10001",
+                                                             "resources_per_trial": {"cpu": 0.5, "gpu": 0.25}})))
+    assert json.loads(json.dumps(ok.resolved()))["backend"]["resources_per_trial"] == {"cpu": 0.5, "gpu": 0.25}
