@@ -63,6 +63,8 @@ def become_subreaper() -> None:
 def descendants(root: int | None = None) -> dict[int, str]:
     """Living descendants of ``root`` (default: this process), pid -> command line. Zombies that
     were re-parented here are reaped first."""
+    from sweeps.backends._reaper import descendants as below
+
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -70,27 +72,12 @@ def descendants(root: int | None = None) -> dict[int, str]:
             break
         if pid == 0:
             break
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                if fields[0] != "Z":
-                    parents[int(entry.name)] = int(fields[1])
-            except (OSError, ValueError):
-                continue
-    root = root or os.getpid()
-    found, frontier = {}, [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in found:
-                try:
-                    found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                except OSError:
-                    found[pid] = "?"
-                frontier.append(pid)
+    found = {}
+    for pid in below(root or os.getpid()):
+        try:
+            found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            found[pid] = "?"
     return found
 
 
@@ -154,3 +141,50 @@ def ui_server(cwd: Path, name: str) -> Iterator[UiServer]:
     finally:
         proc.terminate()
         server.output, _ = proc.communicate(timeout=30)
+
+
+def rlsweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``rlsweep ARGS`` as a real subprocess in ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stores(cwd: Path, name: str):
+    """The MLflow client, experiment and Optuna study of sweep ``name`` run in ``cwd``."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(name)
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{cwd / 'results' / name / 'optuna.db'}")
+    return client, experiment, study
+
+
+def split_runs(client: Any, experiment_id: str) -> tuple[list, list]:
+    """(trial runs, seed runs) of an experiment."""
+    runs = client.search_runs([experiment_id], max_results=5000)
+    return [r for r in runs if "rlsweep.seed" not in r.data.tags], [r for r in runs if "rlsweep.seed" in r.data.tags]
+
+
+def study_states(db: Path) -> list[str]:
+    """Trial states of a study file, read-only: opening it through Optuna could create the schema
+    while the driver is creating it on a fresh SQLite file."""
+    import sqlite3
+
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return [row[0] for row in con.execute("SELECT state FROM trials")]
+    except sqlite3.Error:
+        return []
+
+
+def wait_for_states(db: Path, ready: Any, timeout: float = 240) -> list[str]:
+    """Poll the study's trial states until ``ready(states)`` holds (or the time is up)."""
+    deadline = time.monotonic() + timeout
+    states = study_states(db)
+    while not ready(states) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        states = study_states(db)
+    return states

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -80,7 +81,9 @@ def test_recurrent_report_zero_reward_branch_is_degenerate(tmp_path):
     assert _seed_verdicts(trials[0]) == ["degenerate_reward", "degenerate_reward"]
 
 
-@pytest.mark.parametrize("conf", ["zoo_ppo_cartpole", "zoo_a2c_cartpole", "zoo_ppo_pendulum", "zoo_a2c_pendulum"])
+# Two of the four rl-zoo3 baselines (one per algorithm and env); all four are trained and
+# classified by `make bench` (stability_detection), which keeps this suite inside its time budget.
+@pytest.mark.parametrize("conf", ["zoo_ppo_cartpole", "zoo_a2c_pendulum"])
 def test_rl_zoo_tuned_baselines_are_healthy(tmp_path, conf):
     trials = _sweep(tmp_path, conf)
     assert _seed_verdicts(trials[0]) == ["healthy", "healthy"]
@@ -88,22 +91,35 @@ def test_rl_zoo_tuned_baselines_are_healthy(tmp_path, conf):
         assert trials[0].value == pytest.approx(500.0)
 
 
-def _cleanrl(tmp_path: Path, name: str, seed: int, *flags: str) -> dict:
-    logdir = tmp_path / f"{name}_s{seed}"
-    subprocess.run([sys.executable, str(REPO / "conf" / "repro" / "cleanrl_ppo.py"), "--total-timesteps", "30000",
-                    "--seed", str(seed), "--logdir", str(logdir), *flags], check=True, capture_output=True,
-                   timeout=600, env=subprocess_env())
-    result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(logdir), "--json"], capture_output=True,
-                            text=True, env=subprocess_env(), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+def _cleanrl(tmp_path: Path, runs: dict[str, tuple[int, tuple[str, ...]]]) -> dict[str, dict]:
+    """Train the hand-written PPO once per entry (name -> (seed, flags)), two at a time, and
+    diagnose each run from its TensorBoard log."""
+    procs = {}
+    for name, (seed, flags) in runs.items():
+        while sum(p.poll() is None for p in procs.values()) >= 2:
+            time.sleep(0.2)
+        procs[name] = subprocess.Popen([sys.executable, str(REPO / "conf" / "repro" / "cleanrl_ppo.py"),
+                                        "--total-timesteps", "30000", "--seed", str(seed), "--logdir",
+                                        str(tmp_path / name), *flags], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, env=subprocess_env())
+    reports = {}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / name), "--json"],
+                                capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        reports[name] = json.loads(result.stdout)
+    return reports
 
 
 def test_hand_written_ppo_weight_decay_is_stuck_value_loss(tmp_path):
+    reports = _cleanrl(tmp_path, {"weight_decay_s1": (1, ("--weight-decay", "0.1")),
+                                  "weight_decay_s2": (2, ("--weight-decay", "0.1")), "clean_s1": (1, ())})
     for seed in (1, 2):
-        report = _cleanrl(tmp_path, "weight_decay", seed, "--weight-decay", "0.1")
+        report = reports[f"weight_decay_s{seed}"]
         assert report["verdict"] == "stuck_value_loss"
         finding = report["findings"][0]
         assert abs(finding["evidence"]["explained_variance_median"]) < 1e-3
         assert any("near-constant" in c for c in finding["causes"])
-    assert _cleanrl(tmp_path, "clean", 1)["verdict"] == "healthy"
+    assert reports["clean_s1"]["verdict"] == "healthy"

@@ -3,37 +3,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
 
-from tests.helpers import subprocess_env, tiny_spec, ui_server
+from tests.helpers import rlsweep, split_runs, stores, tiny_spec, ui_server
 
 pytestmark = pytest.mark.slow
 
 
-def _rlsweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _stores(cwd: Path, name: str):
-    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'results' / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name(name)
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{cwd / 'results' / name / 'optuna.db'}")
-    return client, experiment, study
-
-
-def _runs(client: MlflowClient, experiment_id: str):
-    runs = client.search_runs([experiment_id], max_results=1000)
-    parents = [r for r in runs if "rlsweep.seed" not in r.data.tags]
-    children = [r for r in runs if "rlsweep.seed" in r.data.tags]
-    return parents, children
+_rlsweep, _stores, _runs = rlsweep, stores, split_runs
 
 
 @pytest.fixture(scope="module")
@@ -151,67 +131,6 @@ def test_a_crashing_trial_does_not_stop_the_sweep(how: str, tmp_path: Path) -> N
     assert len(failed) == 2
     assert all(expected in c.data.tags["rlsweep.error"] for c in failed)
     assert [p.info.status for p in parents if p.data.tags["rlsweep.trial"] == str(broken.number)] == ["FAILED"]
-
-
-def test_driver_killed_mid_sweep_resumes_without_losing_or_repeating(tmp_path: Path) -> None:
-    import signal
-    import sqlite3
-
-    data = tiny_spec("killed", total_timesteps=4096, seeds=1, trials=3, objective={"eval_episodes": 1})
-    (tmp_path / "killed.yaml").write_text(yaml.safe_dump(data))
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "killed.yaml", "--workers", "1"], cwd=tmp_path,
-                            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    db = tmp_path / "results" / "killed" / "optuna.db"
-    deadline = time.monotonic() + 180
-    states: list[str] = []
-    while time.monotonic() < deadline:  # wait until one trial is done and the next is running
-        if db.exists():
-            # Read-only: opening it through Optuna would create the schema if the driver has not yet,
-            # racing the driver on a fresh SQLite file.
-            try:
-                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-                    states = [row[0] for row in con.execute("SELECT state FROM trials")]
-            except sqlite3.Error:  # the driver is creating the schema right now
-                states = []
-        if "COMPLETE" in states and "RUNNING" in states:
-            break
-        time.sleep(0.2)
-    assert "COMPLETE" in states and "RUNNING" in states, states
-    children = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                    text=True).stdout.split()]
-    assert children  # the worker (and multiprocessing's resource tracker)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in children):
-        time.sleep(0.2)
-    alive = [pid for pid in children if Path(f"/proc/{pid}/status").exists()
-             and "zombie" not in Path(f"/proc/{pid}/status").read_text()]
-    assert not alive, f"worker processes outlived the killed driver: {alive}"
-    finished_before = {t.number: t.params for t in optuna.load_study(study_name="killed", storage=f"sqlite:///{db}")
-                       .get_trials() if t.state.name == "COMPLETE"}
-
-    result = _rlsweep(tmp_path, "run", "killed.yaml", "--workers", "1")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "rerun after an interruption" in result.stdout
-    client, experiment, study = _stores(tmp_path, "killed")
-    trials = study.get_trials()
-    complete = [t for t in trials if t.state.name == "COMPLETE"]
-    interrupted = [t for t in trials if t.user_attrs.get("rlsweep.outcome") == "interrupted"]
-    assert len(complete) == 3 and len(interrupted) == 1
-    for number, params in finished_before.items():  # finished work kept, exactly once
-        assert [t.params for t in complete if t.number == number] == [params]
-    rerun = [t for t in complete if t.number not in finished_before]
-    assert interrupted[0].params in [t.params for t in rerun]  # the interrupted config ran again
-    parents, children = _runs(client, experiment.experiment_id)
-    by_status: dict[str, int] = {}
-    for run in parents:
-        by_status[run.info.status] = by_status.get(run.info.status, 0) + 1
-    # the interrupted trial's runs are KILLED (absent if the kill came before the driver created them)
-    assert by_status.get("FINISHED") == 3 and by_status.get("KILLED", 0) <= 1 and set(by_status) <= {
-        "FINISHED", "KILLED"}
-    assert sum(c.info.status == "FINISHED" for c in children) == 3
-    assert all(r.info.status != "RUNNING" for r in parents + children)
 
 
 def test_runs_left_running_are_closed_as_the_study_says(tmp_path: Path) -> None:

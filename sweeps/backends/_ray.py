@@ -34,6 +34,7 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from sweeps.backends._base import Backend, Event, failure
+from sweeps.backends._reaper import Reaper
 from sweeps.errors import UsageError
 from sweeps.trial import TrialConfig
 
@@ -219,6 +220,8 @@ class RayBackend(Backend):
         self.settings = settings
         self._started_ray = False
         self._channel: _Channel | None = None
+        self._reaper: Reaper | None = None
+        self._tracked = 0.0
         os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs; Tune writes no CSV/JSON
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         if not ray.is_initialized():
@@ -237,8 +240,10 @@ class RayBackend(Backend):
                       runtime_env={"env_vars": {"PYTHONPATH": path, "PYTHONHASHSEED": "0"}})
         try:
             if s.address is None:
+                self._reaper = Reaper()  # the instance's processes die with the driver, however it ends
                 ray.init(num_cpus=s.num_cpus or os.cpu_count() or 1, num_gpus=s.num_gpus,
                          include_dashboard=False, **common)
+                self._reaper.track()
             else:
                 ray.init(address=s.address, **common)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -306,6 +311,9 @@ class RayBackend(Backend):
             self._channel.cancelled[key] = reason
 
     def poll(self, timeout: float) -> list[Event]:
+        if self._reaper is not None and time.monotonic() - self._tracked > 5:
+            self._reaper.track()  # workers Ray started since
+            self._tracked = time.monotonic()
         events: list[Event] = []
         try:
             events.append(self._channel.events.get(timeout=timeout))
@@ -326,6 +334,9 @@ class RayBackend(Backend):
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None
 
 
 def _trial_name(trial: Any) -> str:

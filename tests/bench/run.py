@@ -126,9 +126,19 @@ def bench_ray(repeat: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def bench_reliability(repeat: int) -> dict:
+    """Faults injected into real sweeps (reliability.py)."""
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "reliability.py"), str(2 + repeat)],
+                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs,
            "stability_cost": _stability("cost"), "stability_detection": _stability("detection"),
-           "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo, "ray": bench_ray}
+           "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo, "ray": bench_ray,
+           "reliability": bench_reliability}
 
 
 def main() -> None:
@@ -178,6 +188,12 @@ def main() -> None:
     stability = markdown(figures)
     (OUT / "stability.md").write_text("\n".join(stability) + "\n")
     print("\n".join(stability))
+    from tests.bench.reliability import markdown as reliability_markdown
+
+    reliability = reliability_markdown(figures)
+    if reliability:
+        (OUT / "reliability.md").write_text("\n".join(reliability) + "\n")
+        print("\n".join(reliability))
 
 
 if __name__ == "__main__":
