@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class _Faulty(gym.Wrapper):
-    """CartPole that fails on purpose after ``at_step`` steps: raises, or kills its own process.
+    """An env that fails on purpose after ``at_step`` steps: raises, kills its own process, or
+    returns NaN observations (``how``).
     With ``once_marker`` (a file path) it fails only where that file does not exist yet, creating
     it first: the first job to get there fails, its retry and every other job do not."""
 
@@ -36,6 +37,9 @@ class _Faulty(gym.Wrapper):
                 except FileExistsError:
                     self.at_step = None
                     return self.env.step(action)
+            if self.how == "nan":  # observations turn to NaN from here on
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                return obs * float("nan"), reward, terminated, truncated, info
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.how == "keyboard":
@@ -49,7 +53,12 @@ class _Faulty(gym.Wrapper):
 
 
 def faulty_cartpole(fail_at_step: int | None = None, how: str = "raise", once_marker: str | None = None) -> gym.Env:
-    return _Faulty(gym.make("CartPole-v1"), fail_at_step, how, once_marker)
+    return faulty_env("CartPole-v1", fail_at_step, how, once_marker)
+
+
+def faulty_env(env_id: str, fail_at_step: int | None = None, how: str = "raise",
+               once_marker: str | None = None) -> gym.Env:
+    return _Faulty(gym.make(env_id), fail_at_step, how, once_marker)
 
 
 def become_subreaper() -> None:

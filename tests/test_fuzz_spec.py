@@ -76,7 +76,7 @@ def _check(path: Path) -> None:
         assert "Traceback" not in text
 
 
-@settings(max_examples=900, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                    HealthCheck.function_scoped_fixture])
 @given(data=specs())
 def test_generated_specs_load_or_are_refused(data: dict, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -94,58 +94,92 @@ def test_impossible_resources_are_refused_before_anything_is_written(cli, write_
     assert _ray_left() == []
 
 
-def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path) -> None:
-    """Ray started with one *logical* GPU: four trials at gpu 0.25 run at once, each told
-    CUDA_VISIBLE_DEVICES, and each trains on the CPU because torch finds no CUDA here."""
+# --- in this process, on a Ray instance started by the tests with one *logical* GPU -------------
+# (these come last: the instance lives from the first of them to the end of the module)
+@pytest.fixture(scope="module")
+def logical_gpu_ray():
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    assert _ray_left() == []
+
+
+def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logical_gpu_ray) -> None:
+    """Four trials at gpu 0.25 run at once, each told CUDA_VISIBLE_DEVICES, and each trains on
+    the CPU because torch finds no CUDA here."""
     from sweeps import driver, spec as spec_module
     from sweeps.backends._ray import RayBackend, RaySettings
     from sweeps.errors import UsageError
 
     spec = spec_module.from_dict(tiny_spec("shares", total_timesteps=4096))
     jobs = driver.trial_configs(spec, 0, {"learning_rate": 1e-3}, [0, 1, 2, 3], driver.stability_settings(spec))[1]
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        for cpu, gpu in ((1, 2), (4, 0.25)):
-            with pytest.raises(UsageError, match="no node of the Ray cluster"):
-                RayBackend(RaySettings(cpu=cpu, gpu=gpu))
-        started, finished = {}, {}
-        with RayBackend(RaySettings(cpu=0.5, gpu=0.25, storage=workdir / "tune")) as backend:
-            assert backend.capacity == 4
-            for job in jobs:
-                backend.submit(job)
-            deadline = time.monotonic() + 240
-            while len(finished) < 4 and time.monotonic() < deadline:
-                for event in backend.poll(0.5):
-                    if event.kind == "started":
-                        started[event.key] = (time.monotonic(), event.payload)
-                    elif event.kind in ("finished", "failed"):
-                        assert event.kind == "finished", event.payload
-                        finished[event.key] = time.monotonic()
-            assert len(finished) == 4
-            # all four held their share at the same time
-            assert max(t for t, _ in started.values()) < min(finished.values())
-            for _, payload in started.values():
-                assert payload["cuda_visible_devices"] == "0" and payload["gpu_ids"] == ["0"]
-                assert payload["device"] == "cpu"
-            # a cancelled job (its trial was proved doomed by a sibling) is stopped by Tune
-            long_job = driver.trial_configs(spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)), 1,
-                                            {"learning_rate": 1e-3}, [0], driver.stability_settings(spec))[1][0]
-            backend.submit(long_job)
-            ended, asked = None, None
-            deadline = time.monotonic() + 120
-            while ended is None and time.monotonic() < deadline:
-                for event in backend.poll(0.5):
-                    if event.kind == "started":
-                        asked = time.monotonic()
-                        backend.cancel([long_job.key], "seed 1 of this trial was found nan_scale")
-                    elif event.kind in ("finished", "failed", "cancelled"):
-                        ended = event
-            assert ended is not None and ended.kind == "cancelled", ended
-            assert ended.payload["reason"] == "seed 1 of this trial was found nan_scale"
-            assert time.monotonic() - asked < 10  # stopped at its next report, not at the end of 200k steps
-    finally:
-        ray.shutdown()
-    assert _ray_left() == []
+    for cpu, gpu in ((1, 2), (4, 0.25)):
+        with pytest.raises(UsageError, match="no node of the Ray cluster"):
+            RayBackend(RaySettings(cpu=cpu, gpu=gpu))
+    started, finished = {}, {}
+    with RayBackend(RaySettings(cpu=0.5, gpu=0.25, storage=workdir / "tune")) as backend:
+        assert backend.capacity == 4
+        for job in jobs:
+            backend.submit(job)
+        deadline = time.monotonic() + 240
+        while len(finished) < 4 and time.monotonic() < deadline:
+            for event in backend.poll(0.5):
+                if event.kind == "started":
+                    started[event.key] = (time.monotonic(), event.payload)
+                elif event.kind in ("finished", "failed"):
+                    assert event.kind == "finished", event.payload
+                    finished[event.key] = time.monotonic()
+        assert len(finished) == 4
+        # all four held their share at the same time
+        assert max(t for t, _ in started.values()) < min(finished.values())
+        for _, payload in started.values():
+            assert payload["cuda_visible_devices"] == "0" and payload["gpu_ids"] == ["0"]
+            assert payload["device"] == "cpu"
+        # a cancelled job (its trial was proved doomed by a sibling) is stopped by Tune
+        long_job = driver.trial_configs(spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)), 1,
+                                        {"learning_rate": 1e-3}, [0], driver.stability_settings(spec))[1][0]
+        backend.submit(long_job)
+        ended, asked = None, None
+        deadline = time.monotonic() + 120
+        while ended is None and time.monotonic() < deadline:
+            for event in backend.poll(0.5):
+                if event.kind == "started":
+                    asked = time.monotonic()
+                    backend.cancel([long_job.key], "seed 1 of this trial was found nan_scale")
+                elif event.kind in ("finished", "failed", "cancelled"):
+                    ended = event
+        assert ended is not None and ended.kind == "cancelled", ended
+        assert ended.payload["reason"] == "seed 1 of this trial was found nan_scale"
+        assert time.monotonic() - asked < 10  # stopped at its next report, not at the end of 200k steps
+
+
+def test_a_doomed_trial_stops_its_running_seeds_through_tune(workdir: Path, logical_gpu_ray) -> None:
+    """One seed's observations turn to NaN: its verdict (nan_scale) ends it, and Tune's stopper
+    ends the trial's other seed, still training, with that verdict as the reason."""
+    import io
+
+    from rich.console import Console
+
+    from sweeps import spec as spec_module
+    from sweeps.runner import run_sweep
+
+    spec = spec_module.from_dict(tiny_spec(
+        "doomed_ray", env={"id": "tests.helpers:faulty_env", "n_envs": 1,
+                           "kwargs": {"env_id": "Pendulum-v1", "fail_at_step": 300, "how": "nan",
+                                      "once_marker": str(workdir / "nan_once")}},
+        total_timesteps=100_000, seeds=[0, 1], trials=1, space={"learning_rate": 3e-4},
+        stability={"stop_on": ["nan_scale"]}, backend={"kind": "ray"}))
+    started = time.monotonic()
+    run_sweep(spec, Console(file=io.StringIO()))
+    assert time.monotonic() - started < 90  # neither seed trained its 100k steps
+    study = optuna.load_study(study_name="doomed_ray", storage=f"sqlite:///{workdir}/results/doomed_ray/optuna.db")
+    (trial,) = study.get_trials()
+    assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable"
+    assert trial.user_attrs["rlsweep.verdict"] == "nan_scale"
+    seeds = {r.data.tags["rlsweep.outcome"]: r for r in _runs("doomed_ray") if "rlsweep.seed" in r.data.tags}
+    assert set(seeds) == {"unstable", "skipped"}
+    assert seeds["unstable"].data.tags["stability.stopped_by"] == "nan_scale"
+    assert "found nan_scale" in seeds["skipped"].data.tags["rlsweep.cancelled"]
 
 
 def test_backend_section_is_checked(write_spec) -> None:

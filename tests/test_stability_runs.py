@@ -120,8 +120,14 @@ def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
 
 def test_diagnose_refuses_unreadable_input_cleanly(tmp_path):
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"this is not a tensorboard file at all")
-    for args in ([str(tmp_path)], ["0123456789abcdef0123456789abcdef", "--tracking-uri",
-                                   f"sqlite:///{tmp_path / 'none.db'}"], [str(tmp_path / "missing")]):
+    bad = {"empty": b"", "truncated": b"\x18\x00\x00\x00\x00\x00\x00\x00\xa3\x7f\x4b\x22\x09\x00",
+           "noise": bytes(range(256)) * 16}
+    for name, data in bad.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "events.out.tfevents.1.host").write_bytes(data)
+    for args in ([str(tmp_path / "events.out.tfevents.1.host")], *([str(tmp_path / name)] for name in bad),
+                 ["0123456789abcdef0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"],
+                 [str(tmp_path / "missing")]):
         result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", *args], capture_output=True, text=True,
                                 env=subprocess_env(), cwd=tmp_path)
         assert result.returncode == 2, (args, result.stdout, result.stderr)

@@ -27,7 +27,7 @@ def make(settings: "BackendSpec", workers: int, warm_imports: tuple[str, ...] = 
         res = settings.resources_per_trial
         return RayBackend(RaySettings(address=settings.address, cpu=res.cpu, gpu=res.gpu,
                                       max_concurrent=settings.max_concurrent,
-                                      storage=storage / "ray" if storage else None), warm_imports, limit=workers)
+                                      storage=storage / "ray" if storage else None), limit=workers)
     raise ValueError(f"backend '{settings.kind}' is not one of {', '.join(NAMES)}")
 
 

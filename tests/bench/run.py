@@ -179,7 +179,8 @@ def main() -> None:
                      f"ray {r['ray_s']} s. Per-job overhead after warm-up: ray median {pj['ray']['overhead_median_s']} s "
                      f"(max {pj['ray']['overhead_max_s']}), local median {pj['local']['overhead_median_s']} s "
                      f"(target {r['target_overhead']}); Ray start {pj['ray']['startup_s']} s, stop "
-                     f"{pj['ray']['shutdown_s']} s")
+                     f"{pj['ray']['shutdown_s']} s; the same job trains and evaluates "
+                     f"{r.get('train_eval_ratio_ray_over_local')}x as long under Ray")
     (OUT / "foundation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     sys.path.insert(0, str(REPO))
