@@ -56,7 +56,7 @@ def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
 
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_driver_killed_mid_sweep_resumes_without_losing_or_repeating(backend: str, tmp_path: Path) -> None:
-    data = tiny_spec(f"killed_{backend}", total_timesteps=4096, seeds=1, trials=3, objective={"eval_episodes": 1})
+    data = tiny_spec(f"killed_{backend}", total_timesteps=2048, seeds=1, trials=3, objective={"eval_episodes": 1})
     (tmp_path / "killed.yaml").write_text(yaml.safe_dump(data))
     args = ("--workers", "1", "--backend", backend)
     finished = kill_driver_mid_sweep(tmp_path, "killed.yaml", *args)
