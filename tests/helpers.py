@@ -176,7 +176,7 @@ def split_runs(client: Any, experiment_id: str) -> tuple[list, list]:
 
 
 def study_states(db: Path) -> list[str]:
-    """Trial states of a study file, read-only: opening it through Optuna could create the schema
+    """Trial states of a study file, oldest trial first, read-only: opening it through Optuna could create the schema
     while the driver is creating it on a fresh SQLite file."""
     import sqlite3
 
@@ -184,7 +184,7 @@ def study_states(db: Path) -> list[str]:
         return []
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            return [row[0] for row in con.execute("SELECT state FROM trials")]
+            return [row[0] for row in con.execute("SELECT state FROM trials ORDER BY trial_id")]
     except sqlite3.Error:
         return []
 

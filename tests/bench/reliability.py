@@ -61,10 +61,10 @@ def driver_kills(backend: str, kills: int) -> dict:
             launched = time.monotonic()
             proc = subprocess.Popen(args, cwd=cwd, env=subprocess_env(), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
-            done_before = study_states(db).count("COMPLETE")
-            if k:  # a rerun: time until a trial is running again
-                wait_for_states(db, lambda s: s.count("RUNNING") > 0 and s.count("COMPLETE") >= done_before)
-                resume.append(round(time.monotonic() - launched, 2))
+            known = study_states(db)
+            done_before = known.count("COMPLETE")
+            if k:
+                resume.append(_resumed(db, known, launched))
             wait_for_states(db, lambda s: s.count("COMPLETE") > done_before and "RUNNING" in s)
             before = _ledger(cwd, name)["complete"]
             proc.send_signal(signal.SIGKILL)
@@ -74,11 +74,10 @@ def driver_kills(backend: str, kills: int) -> dict:
             leftovers += len(descendants(proc.pid)) + sum(1 for p in _orphans())
             after = _ledger(cwd, name)["complete"]
             lost += sum(1 for n in before if n not in after)
-        launched = time.monotonic()
+        launched, known = time.monotonic(), study_states(db)
         proc = subprocess.Popen(args, cwd=cwd, env=subprocess_env(), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        wait_for_states(db, lambda s: "RUNNING" in s)
-        resume.append(round(time.monotonic() - launched, 2))
+        resume.append(_resumed(db, known, launched))
         code = proc.wait()
         final = _ledger(cwd, name)
         return {"injected": injected, "trials_lost": lost + (len(LRS) - len(final["complete"])),
@@ -86,6 +85,13 @@ def driver_kills(backend: str, kills: int) -> dict:
                 "resume_s": resume, "processes_left": leftovers}
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
+
+
+def _resumed(db: Path, known: list[str], launched: float) -> float:
+    """Seconds from launching a rerun until it runs trials again: a trial it asked Optuna for (the
+    interrupted config, queued again, comes first) is running, or one more has finished."""
+    wait_for_states(db, lambda s: "RUNNING" in s[len(known):] or s.count("COMPLETE") > known.count("COMPLETE"))
+    return round(time.monotonic() - launched, 2)
 
 
 def _orphans() -> list[int]:
