@@ -246,9 +246,10 @@ class Driver:
 
     def _skip_rest(self, active: ActiveTrial) -> None:
         """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run, and
-        those already running are stopped where the backend can (Ray: a Tune stopper)."""
+        with ``stability.stop_siblings`` those already running are stopped (Ray: by a Tune stopper;
+        local: by their worker at the next update)."""
         running = [k for k in self.in_flight if k[0] == active.number]
-        if running:
+        if running and self.spec.stability.stop_siblings:
             seeds = ", ".join(str(s) for s in active.unstable)
             self.backend.cancel(running, f"seed {seeds} of this trial was found {next(iter(active.unstable.values()))}")
         queued = [c for c in self.jobs if c.trial == active.number]

@@ -63,10 +63,13 @@ class TrackingSpec(_Model):
 
 
 class StabilitySpec(_Model):
-    """Failure classification. ``stop_on`` ends a trial as soon as its verdict is one of these."""
+    """Failure classification. ``stop_on`` ends a trial as soon as its verdict is one of these;
+    ``stop_siblings`` also stops the trial's other seeds already running (else they run to their
+    end, each reaching its own verdict); queued seeds never start either way."""
 
     enabled: bool = True
     stop_on: list[str] = []
+    stop_siblings: bool = True
     thresholds: str | None = None   # a YAML file overriding conf/stability.yaml's defaults
 
 

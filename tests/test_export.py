@@ -188,7 +188,8 @@ def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path
                                          headers={"Content-Type": "application/json"})
         runs = json.load(urllib.request.urlopen(request, timeout=30))["runs"]
         tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in runs]
-        assert sum("rlsweep.seed" in t for t in tags) >= 2  # the doomed trials' seeds...
+        # the doomed trial's seed that crashed into nan_scale (its sibling is then cancelled)...
+        assert sum("rlsweep.seed" in t for t in tags) >= 1
         assert any("rlsweep.seed" not in t for t in tags)   # ...and their trials' parent runs
         assert all(t["stability.verdict"] == "nan_scale" for t in tags)
 

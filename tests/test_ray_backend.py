@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.helpers import become_subreaper, descendants, tiny_spec
+from tests.helpers import REPO, become_subreaper, descendants, tiny_spec
 
 ray = pytest.importorskip("ray")
 
@@ -98,7 +98,8 @@ def test_impossible_resources_are_refused_before_anything_is_written(cli, write_
 # (these come last: the instance lives from the first of them to the end of the module)
 @pytest.fixture(scope="module")
 def logical_gpu_ray():
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})  # workers import tests.helpers' envs
     yield
     ray.shutdown()
     assert _ray_left() == []
@@ -153,9 +154,13 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
         assert time.monotonic() - asked < 10  # stopped at its next report, not at the end of 200k steps
 
 
-def test_a_doomed_trial_stops_its_running_seeds_through_tune(workdir: Path, logical_gpu_ray) -> None:
-    """One seed's observations turn to NaN: its verdict (nan_scale) ends it, and Tune's stopper
-    ends the trial's other seed, still training, with that verdict as the reason."""
+@pytest.mark.parametrize("backend", ["ray", "local"])
+def test_a_doomed_trial_stops_its_running_seeds(backend: str, workdir: Path, request: pytest.FixtureRequest) -> None:
+    """One seed's observations turn to NaN: its verdict (nan_scale) ends it, and the trial's other
+    seed, still training, is stopped with that verdict as the reason (Ray: by Tune's stopper;
+    local: by its worker, at its next update)."""
+    if backend == "ray":
+        request.getfixturevalue("logical_gpu_ray")
     import io
 
     from rich.console import Console
@@ -168,13 +173,13 @@ def test_a_doomed_trial_stops_its_running_seeds_through_tune(workdir: Path, logi
                            "kwargs": {"env_id": "Pendulum-v1", "fail_at_step": 300, "how": "nan",
                                       "once_marker": str(workdir / "nan_once")}},
         total_timesteps=100_000, seeds=[0, 1], trials=1, space={"learning_rate": 3e-4},
-        stability={"stop_on": ["nan_scale"]}, backend={"kind": "ray"}))
+        stability={"stop_on": ["nan_scale"]}, backend={"kind": backend}))
     started = time.monotonic()
-    run_sweep(spec, Console(file=io.StringIO()))
+    run_sweep(spec, Console(file=io.StringIO()), workers=2)
     assert time.monotonic() - started < 90  # neither seed trained its 100k steps
     study = optuna.load_study(study_name="doomed_ray", storage=f"sqlite:///{workdir}/results/doomed_ray/optuna.db")
     (trial,) = study.get_trials()
-    assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable"
+    assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable", trial.user_attrs
     assert trial.user_attrs["rlsweep.verdict"] == "nan_scale"
     seeds = {r.data.tags["rlsweep.outcome"]: r for r in _runs("doomed_ray") if "rlsweep.seed" in r.data.tags}
     assert set(seeds) == {"unstable", "skipped"}

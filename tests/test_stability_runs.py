@@ -157,7 +157,13 @@ def test_stop_on_in_a_sweep_prunes_with_the_verdict(tmp_path):
     found = client.search_runs([experiment.experiment_id],
                                filter_string="tags.`stability.verdict` = 'dead_policy_gradient'")
     seeds = [r for r in found if "rlsweep.seed" in r.data.tags]
-    assert len(seeds) == 2 and len(found) == 3  # both seeds and their parent
+    # the first seed to be found dead ends the trial: its sibling, training beside it, is stopped at
+    # its next update (cancelled), unless it reached the same verdict first
+    dead_trial = [r for r in client.search_runs([experiment.experiment_id]) if "rlsweep.seed" in r.data.tags
+                  and r.data.tags["rlsweep.trial"] == str(dead.number)]
+    cancelled = [r for r in dead_trial if r.data.tags["rlsweep.outcome"] == "skipped"]
+    assert len(seeds) + len(cancelled) == 2 and len(found) == len(seeds) + 1 and seeds
+    assert all("found dead_policy_gradient" in r.data.tags["rlsweep.cancelled"] for r in cancelled)
     for run in seeds:
         assert run.data.tags["stability.stopped_by"] == "dead_policy_gradient"
         assert int(run.data.tags["stability.onset_step"]) < 4096

@@ -43,7 +43,8 @@ class Backend(abc.ABC):
 
     def cancel(self, keys: list[tuple[int, int]], reason: str) -> None:
         """Stop these submitted jobs early if the backend can (each then ends with a ``cancelled``
-        event, or its usual one if it finished first). By default jobs run to their end."""
+        event, or its usual one if it finished first). By default jobs run to their end; both
+        backends here stop them (local: at the job's next update; Ray: at its next report)."""
 
     @abc.abstractmethod
     def close(self) -> None:

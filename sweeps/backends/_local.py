@@ -21,11 +21,19 @@ from sweeps.trial import TrialConfig
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+class Cancelled(Exception):
+    """Raised inside a job's training when the driver cancelled it (see LocalBackend.cancel)."""
+
+
 class _QueueReporter:
-    def __init__(self, results: Any, key: tuple[int, int]) -> None:
-        self.results, self.key = results, key
+    """Sends a job's metrics to the driver; at each dump, ends the job if the driver cancelled it."""
+
+    def __init__(self, results: Any, key: tuple[int, int], cancelled: Any) -> None:
+        self.results, self.key, self.cancelled = results, key, cancelled
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
+        if tuple(self.cancelled[:]) == self.key:
+            raise Cancelled()
         self.results.put(("metrics", self.key, (int(step), values)))
 
 
@@ -39,7 +47,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...]) -> None:
+def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...], cancelled: Any) -> None:
     _die_with_parent()
     driver = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
@@ -60,7 +68,9 @@ def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, .
             return
         results.put(("started", config.key, {"worker": name, "pid": os.getpid()}))
         try:
-            result = trial.run(config, _QueueReporter(results, config.key))
+            result = trial.run(config, _QueueReporter(results, config.key, cancelled))
+        except Cancelled:
+            results.put(("cancelled", config.key, {}))
         except BaseException as exc:  # noqa: BLE001 - a trial may raise anything; the sweep goes on
             results.put(("failed", config.key, failure(exc, traceback.format_exc())))
         else:
@@ -86,9 +96,11 @@ class LocalBackend(Backend):
         self._serial += 1
         name = f"local-{self._serial}"
         tasks = self._ctx.Queue()
-        proc = self._ctx.Process(target=_worker_main, args=(name, tasks, self._results, self._warm), name=name, daemon=True)
+        cancelled = self._ctx.Array("q", [-1, -1], lock=False)  # the (trial, seed) the driver cancelled
+        proc = self._ctx.Process(target=_worker_main, args=(name, tasks, self._results, self._warm, cancelled),
+                                 name=name, daemon=True)
         proc.start()
-        return {"name": name, "proc": proc, "tasks": tasks, "job": None}
+        return {"name": name, "proc": proc, "tasks": tasks, "job": None, "cancelled": cancelled, "reason": ""}
 
     def submit(self, config: TrialConfig) -> None:
         idle = next((w for w in self._workers if w["job"] is None), None)
@@ -96,6 +108,13 @@ class LocalBackend(Backend):
             raise RuntimeError("no idle worker: the driver submitted beyond capacity")
         idle["job"] = config.key
         idle["tasks"].put(config)
+
+    def cancel(self, keys: list[tuple[int, int]], reason: str) -> None:
+        """The worker holding each job stops it at its next metrics dump (every update)."""
+        for worker in self._workers:
+            if worker["job"] in keys:
+                worker["cancelled"][:] = list(worker["job"])
+                worker["reason"] = reason
 
     def poll(self, timeout: float) -> list[Event]:
         events = self._drain(timeout)
@@ -118,11 +137,13 @@ class LocalBackend(Backend):
             message = self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
             while True:
                 kind, key, payload = message
-                events.append(Event(kind, tuple(key), payload))
-                if kind in ("finished", "failed"):
+                if kind in ("finished", "failed", "cancelled"):
                     for worker in self._workers:
                         if worker["job"] == tuple(key):
                             worker["job"] = None
+                            if kind == "cancelled":
+                                payload = {"reason": worker["reason"]}
+                events.append(Event(kind, tuple(key), payload))
                 message = self._results.get_nowait()
         except queue.Empty:
             pass
