@@ -34,7 +34,6 @@ class ActiveTrial:
     parent_run: str = ""
     logged: dict[str, Any] = field(default_factory=dict)  # every hyperparameter, fixed and sampled
     workers: dict[int, str] = field(default_factory=dict)
-    devices: dict[int, dict[str, str]] = field(default_factory=dict)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     errors: dict[int, dict[str, str]] = field(default_factory=dict)
@@ -87,7 +86,6 @@ class Driver:
         self.attempts: dict[tuple[int, int], list[str]] = {}  # job -> why its earlier attempts failed
         self.logged_step: dict[tuple[int, int], int] = {}     # job -> last step sent to MLflow
         self.retry_floor: dict[tuple[int, int], int] = {}     # retried job -> steps up to here are logged
-        self._configs: dict[int, list[TrialConfig]] = {}
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -148,7 +146,6 @@ class Driver:
         active = ActiveTrial(trial.number, trial, params, self.spec.seed_list)
         self.active[trial.number] = active
         active.logged, configs = trial_configs(self.spec, trial.number, params, active.seeds, self._stability)
-        self._configs[trial.number] = configs
         self.jobs.extend(configs)
         self._mlflow.append(lambda: self._start_runs(active))
 
@@ -172,8 +169,6 @@ class Driver:
             return
         if event.kind == "started":
             active.workers[seed] = str(event.payload.get("worker"))
-            if event.payload.get("device"):
-                active.devices[seed] = {k: str(event.payload.get(k)) for k in ("device", "cuda_visible_devices")}
             return
         self.in_flight.discard(event.key)
         run_id = active.child_runs[seed]
@@ -207,7 +202,7 @@ class Driver:
             return False
         tries.append(event.payload["message"])
         self.retry_floor[event.key] = self.logged_step.get(event.key, -1)
-        config = next(c for c in self._configs[active.number] if c.seed == event.key[1])
+        _, (config,) = trial_configs(self.spec, active.number, active.params, [event.key[1]], self._stability)
         self.jobs.appendleft(config)
         self.progress.retried += 1
         return True
@@ -220,10 +215,9 @@ class Driver:
     def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: dict[str, Any]) -> None:
         verdict = result.get("verdict") or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
-        device = active.devices.get(seed) or {"device": str((result.get("extra") or {}).get("device", ""))}
         tags = {"rlsweep.worker": active.workers.get(seed, ""), **_verdict_tags(verdict),
                 "stability.context": json.dumps(result.get("context") or {}, default=str),
-                **{f"rlsweep.{k}": v for k, v in device.items() if v and v != "None"},
+                **{f"rlsweep.{k}": str(v) for k, v in (result.get("extra") or {}).items()},
                 **self._attempt_tags((active.number, seed))}
         files = {"stability/signals.png": result["plot_png"]} if result.get("plot_png") else None
         texts = {"stability/verdict.json": json.dumps(verdict, indent=2)}
@@ -264,7 +258,6 @@ class Driver:
         from optuna.trial import TrialState
 
         del self.active[active.number]
-        self._configs.pop(active.number, None)
         trial, p = active.optuna_trial, self.progress
         trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
         verdict = trial_verdict(active.verdicts)

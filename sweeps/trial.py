@@ -49,7 +49,7 @@ class TrialResult:
     stopped_by: str | None = None              # the failure class that ended training early
     context: dict[str, Any] = field(default_factory=dict)
     plot_png: bytes | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)        # where it ran: {"device", "cuda_visible_devices"}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,13 +98,13 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
         verdict = watch.finish(exc)
         if verdict.verdict == "healthy":
             raise
-        return _unstable(config, model, watch, time.perf_counter() - started)
+        return _unstable(config, model, watch, time.perf_counter() - started, device)
     finally:
         watch.finish()  # no-op after a normal end or a crash already recorded
         model.logger.output_formats[0].flush()  # the last update always reaches MLflow
     train_seconds = time.perf_counter() - started
     if watch.stopped_by is not None:  # a doomed trial: evaluating it would only spend time
-        return _unstable(config, model, watch, train_seconds)
+        return _unstable(config, model, watch, train_seconds, device)
 
     started = time.perf_counter()
     returns = evaluate(model, config, lambda venv: knobs.wrap_eval_env(venv, built, env))
@@ -113,7 +113,7 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
                        episode_returns=[float(r) for r in returns], timesteps=int(model.num_timesteps),
                        train_seconds=train_seconds, eval_seconds=eval_seconds, verdict=_verdict(watch),
-                       context=watch.history.context, plot_png=_plot(watch, config), extra={"device": device})
+                       context=watch.history.context, plot_png=_plot(watch, config), extra=_placement(device))
 
 
 def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any:
@@ -126,12 +126,18 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any
     return StabilityCallback(thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm)
 
 
-def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float) -> TrialResult:
+def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float, device: str) -> TrialResult:
     """A seed ended by its verdict: no evaluation, no score."""
     return TrialResult(mean_return=float("nan"), std_return=float("nan"), episode_returns=[],
                        timesteps=int(model.num_timesteps), train_seconds=train_seconds, eval_seconds=0.0,
                        verdict=_verdict(watch), stopped_by=watch.stopped_by or watch.verdict.verdict,
-                       context=watch.history.context, plot_png=_plot(watch, config))
+                       context=watch.history.context, plot_png=_plot(watch, config), extra=_placement(device))
+
+
+def _placement(device: str) -> dict[str, str]:
+    """Where the seed trained: its torch device and the GPUs its worker was allowed to see."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {"device": device} | ({"cuda_visible_devices": visible} if visible else {})
 
 
 def _verdict(watch: Any) -> dict[str, Any]:
