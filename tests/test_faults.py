@@ -31,6 +31,7 @@ def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
     """Start ``rlsweep run``, SIGKILL the driver once a trial is done and the next is running,
     and return the numbers of the trials that had finished. Asserts nothing of it survives."""
     name = yaml.safe_load((cwd / spec).read_text())["name"]
+    ours = set(descendants())  # this test process's own helpers (e.g. multiprocessing's resource tracker)
     proc = subprocess.Popen([sys.executable, "-m", "sweeps", "run", spec, *args], cwd=cwd, env=subprocess_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = cwd / "results" / name / "optuna.db"
@@ -42,12 +43,13 @@ def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
         assert "dashboard.py" not in command or "--host=127.0.0.1" in command, command
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    def left() -> dict[int, str]:
+        return {pid: cmd for pid, cmd in descendants().items() if pid not in ours}
+
     deadline = time.monotonic() + 20
-    left = descendants()
-    while left and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.5)
-        left = descendants()
-    assert not left, f"processes outlived the killed driver: {left}"
+    assert not left(), f"processes outlived the killed driver: {left()}"
     import optuna
 
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
