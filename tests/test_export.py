@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.helpers import subprocess_env, ui_server
+from tests.helpers import rlsweep, subprocess_env, ui_server
 
 pytestmark = pytest.mark.slow
 
@@ -34,17 +34,20 @@ ZOO_SPEC = {
 
 
 def _rlsweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=900)
+    return rlsweep(cwd, *args, timeout=900)
+
+
+def _swept(folder: Path, spec: dict) -> Path:
+    """``folder`` after running ``spec`` in it with 2 workers."""
+    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
+    result = _rlsweep(folder, "run", "spec.yaml", "--workers", "2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder
 
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("export")
-    (cwd / "known.yaml").write_text(yaml.safe_dump(SPEC))
-    result = _rlsweep(cwd, "run", "known.yaml", "--workers", "2")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return cwd
+    return _swept(tmp_path_factory.mktemp("export"), SPEC)
 
 
 def test_failing_configs_are_never_exported(swept: Path) -> None:
@@ -102,11 +105,7 @@ def test_confirm_seeds_uses_fresh_seeds(swept: Path) -> None:
 
 @pytest.fixture(scope="module")
 def zoo_swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("zoo")
-    (cwd / "z.yaml").write_text(yaml.safe_dump(ZOO_SPEC))
-    result = _rlsweep(cwd, "run", "z.yaml", "--workers", "2")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return cwd
+    return _swept(tmp_path_factory.mktemp("zoo"), ZOO_SPEC)
 
 
 def test_sb3_export_references_the_bounded_policy_and_trains(zoo_swept: Path) -> None:

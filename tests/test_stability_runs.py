@@ -17,7 +17,7 @@ from stable_baselines3.common.logger import KVWriter, Logger
 
 from stability import StabilityCallback
 from sweeps.repro_envs import make_spiky_targets
-from tests.helpers import subprocess_env, tiny_spec
+from tests.helpers import rlsweep, subprocess_env, tiny_spec
 
 pytestmark = pytest.mark.slow
 th.set_num_threads(1)
@@ -32,9 +32,7 @@ class Capture(KVWriter):
         self.dumps.append((step, dict(key_values)))
 
 
-def _rlsweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+_rlsweep = rlsweep
 
 
 @pytest.mark.parametrize("algo", [PPO, A2C])
