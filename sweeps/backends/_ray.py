@@ -207,8 +207,6 @@ class RaySettings:
     gpu: float = 0.0
     max_concurrent: int | None = None
     storage: Path | None = None      # Tune's experiment folder (results/NAME/ray)
-    num_cpus: int | None = None      # for a local instance: CPUs it offers (default: this machine's)
-    num_gpus: int | None = None
 
 
 class RayBackend(Backend):
@@ -242,12 +240,15 @@ class RayBackend(Backend):
                 # workers on this machine import what the driver can (entry points of the spec included)
                 path = os.pathsep.join([os.getcwd(), *(p for p in sys.path if p and Path(p).is_dir())])
                 self._reaper = Reaper()  # the instance's processes die with the driver, however it ends
-                ray.init(num_cpus=s.num_cpus or os.cpu_count() or 1, num_gpus=s.num_gpus, include_dashboard=False,
+                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
                          runtime_env={"env_vars": {"PYTHONPATH": path}}, **quiet)
                 self._reaper.track()
             else:  # a cluster's nodes need rlsweep (and the spec's entry points) installed
                 ray.init(address=s.address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            if self._reaper is not None:
+                self._reaper.close()
+                self._reaper = None
             where = "start a local Ray instance" if s.address is None else f"connect to Ray at '{s.address}'"
             raise UsageError(f"cannot {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
                              f"Check 'backend.address' (null starts a local instance; 'auto' joins the cluster "
