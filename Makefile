@@ -6,7 +6,7 @@ TORCH  ?= torch==2.13.0
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.rlsweep-installed
 
-.PHONY: install demo test bench clean browser
+.PHONY: install demo test bench corpus clean browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ browser:
 
 bench: install
 	$(PY) tests/bench/run.py --repeat 2
+
+# The labelled failure corpus (conf/corpus): ~220 short trainings, about 30 minutes on 2 cores;
+# finished runs are kept in results/corpus, so it resumes. `make bench` runs it too, then scores it.
+corpus: install
+	$(PY) tests/bench/corpus/run.py --jobs 2
+	$(PY) tests/bench/corpus/report.py
 
 clean:
 	rm -rf $(VENV) results/*/ results/mlflow.db

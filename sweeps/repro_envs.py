@@ -55,3 +55,115 @@ class SpikyTargets(gym.Env):
 
 def make_spiky_targets(**kwargs: Any) -> gym.Env:
     return gym.wrappers.TimeLimit(SpikyTargets(**kwargs), max_episode_steps=kwargs.get("episode_steps", 50))
+
+
+# --- Wrappers and small envs for the labelled failure corpus (conf/corpus) ---------------------
+
+class NanObservationsAfter(gym.Wrapper):
+    """From env step ``after`` on (counted over the wrapper's life), every observation is NaN:
+    a broken sensor or a division by zero in a custom env."""
+
+    def __init__(self, env: gym.Env, after: int = 5000) -> None:
+        super().__init__(env)
+        self.after, self._steps = int(after), 0
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._steps += 1
+        if self._steps >= self.after:
+            obs = np.full_like(obs, np.nan)
+        return obs, reward, terminated, truncated, info
+
+
+class OverrideActions(gym.Wrapper):
+    """With probability ``prob`` the env replaces the agent's action with ``action`` (a safety
+    controller, a scripted phase) and says so in ``info[key]``."""
+
+    def __init__(self, env: gym.Env, prob: float = 1.0, action: Any = 0, key: str = "intervened") -> None:
+        super().__init__(env)
+        self.prob, self.key = float(prob), key
+        self.forced = np.asarray(action, dtype=env.action_space.dtype).reshape(env.action_space.shape)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        overridden = bool(self.np_random.random() < self.prob)
+        obs, reward, terminated, truncated, info = self.env.step(self.forced if overridden else action)
+        return obs, reward, terminated, truncated, {**info, self.key: overridden}
+
+
+class NoisyReward(gym.Wrapper):
+    """Adds zero-mean Gaussian noise of std ``std`` to every reward: high-variance returns."""
+
+    def __init__(self, env: gym.Env, std: float = 1.0) -> None:
+        super().__init__(env)
+        self.std = float(std)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, float(reward) + self.std * float(self.np_random.normal()), terminated, truncated, info
+
+
+class ConstantReward(gym.Wrapper):
+    """Pays ``value`` on every step and never terminates early (episodes last until the time
+    limit): an env whose reward function was wired to a constant."""
+
+    def __init__(self, env: gym.Env, value: float = 0.0) -> None:
+        super().__init__(env)
+        self.value = float(value)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, _, _, truncated, info = self.env.step(action)
+        return obs, self.value, False, truncated, info
+
+
+class DictObservation(gym.ObservationWrapper):
+    """The observation as ``{"state": obs, "time": fraction of the episode left}`` (a Dict space)."""
+
+    def __init__(self, env: gym.Env, horizon: int = 500) -> None:
+        super().__init__(env)
+        self.horizon, self._t = int(horizon), 0
+        self.observation_space = gym.spaces.Dict({"state": env.observation_space,
+                                                  "time": gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)})
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self._t = 0
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self._t += 1
+        return super().step(action)
+
+    def observation(self, observation: Any) -> dict[str, np.ndarray]:
+        left = max(0.0, 1.0 - self._t / self.horizon)
+        return {"state": np.asarray(observation, dtype=np.float32), "time": np.array([left], dtype=np.float32)}
+
+
+class SparseCorridor(gym.Env):
+    """A corridor of ``length`` cells; the agent starts at the left end and is paid 1 only on
+    reaching the right end (then the episode ends). A random walk reaches it now and then, so a
+    learner first sees a reward some way into training: a sparse reward, found mid-run."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, length: int = 12, max_steps: int = 100) -> None:
+        self.length, self.max_steps = int(length), int(max_steps)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._pos = self._t = 0
+
+    def _observe(self) -> np.ndarray:
+        return np.array([self._pos / (self.length - 1), self._t / self.max_steps], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._pos = self._t = 0
+        return self._observe(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._pos = min(self.length - 1, max(0, self._pos + (1 if int(action) == 1 else -1)))
+        self._t += 1
+        reached = self._pos == self.length - 1
+        return self._observe(), float(reached), reached, self._t >= self.max_steps and not reached, {}
+
+
+def make_sparse_corridor(**kwargs: Any) -> gym.Env:
+    return SparseCorridor(**kwargs)

@@ -36,6 +36,7 @@ import argparse
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -46,7 +47,7 @@ from torch.distributions.normal import Normal
 from torch.utils.tensorboard import SummaryWriter
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="CleanRL-style continuous PPO with switchable bugs.")
     parser.add_argument("--env-id", default="Pendulum-v1")
     parser.add_argument("--total-timesteps", type=int, default=30000)
@@ -80,7 +81,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--weight-decay", type=float, default=0.0, help="BUG when 0.1: Adam weight_decay")
     parser.add_argument("--unassigned-to-device", action="store_true",
                         help="BUG (harmless on CPU): x.to(device) without assigning the result")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.head_std is not None:
         args.actor_head_std = args.critic_head_std = args.head_std
     args.batch_size = args.num_envs * args.num_steps
@@ -158,8 +159,11 @@ def finished_episodes(infos: dict) -> list[tuple[float, int]]:
     return out
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None, hook: Any = None) -> None:
+    """Train. ``hook`` (optional) is told ``start(agent, envs, args)``, ``update(global_step, agent,
+    envs)`` after every update and ``end(global_step, agent, envs)``: the labelled corpus measures
+    the run through it (tests/bench/corpus)."""
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     logdir = Path(args.logdir or f"results/repro_cleanrl/{args.env_id}__s{args.seed}__{int(time.time())}")
     writer = SummaryWriter(str(logdir))
@@ -195,6 +199,8 @@ def main() -> None:
     envs.action_space.seed(args.seed)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
+    if hook is not None:
+        hook.start(agent, envs, args)
 
     for update in range(1, args.num_updates + 1):
         if args.anneal_lr:
@@ -301,6 +307,11 @@ def main() -> None:
         writer.add_scalar("losses/explained_variance", float(explained_var), global_step)
         writer.add_scalar("losses/grad_norm", float(np.mean(grad_norms)), global_step)
         writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+        if hook is not None:
+            hook.update(global_step, agent, envs)
+
+    if hook is not None:
+        hook.end(global_step, agent, envs)
 
     envs.close()
     writer.close()

@@ -1,0 +1,205 @@
+"""Label every corpus run, classify it on both paths, and score the verdicts.
+
+    python tests/bench/corpus/score.py [--runs results/corpus/runs] [--split calib|heldout|all]
+                                       [--thresholds FILE] [--json OUT] [--md OUT]
+
+Paths:
+* ``sweep``: the StabilityCallback's own history (every signal it adds), judged as in a sweep;
+* ``diagnose``: the run's plain TensorBoard log (SB3 ``train/*``/``rollout/*`` keys, or
+  CleanRL's), with everything the callback adds removed: what ``rlsweep diagnose`` gets from
+  a run trained without rlsweep.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path[:0] = [str(REPO), str(HERE)]
+
+import labels  # noqa: E402
+from run import load_cases  # noqa: E402
+
+from stability.signals import History  # noqa: E402
+from stability.thresholds import Thresholds  # noqa: E402
+from stability.verdict import Judge, checkpoints, judge  # noqa: E402
+
+TARGETS = ("nan_scale", "dead_policy_gradient", "stuck_value_loss", "entropy_collapse", "exploding_updates")
+_ADDED = ("stability/", "train/grad_norm", "train/grad_clipped_fraction")
+
+
+def load_runs(root: Path) -> list[dict[str, Any]]:
+    runs = []
+    for path in sorted(root.glob("*/run.json")):
+        run = json.loads(path.read_text())
+        if "runner_error" in run:
+            print(f"skipped {path.parent.name}: the runner failed", file=sys.stderr)
+            continue
+        run["dir"] = path.parent
+        runs.append(run)
+    return runs
+
+
+def sweep_history(run: dict[str, Any]) -> History | None:
+    h = run.get("history")
+    if not h:
+        return None
+    context = dict(h["context"])
+    if "entropy_max" not in context and not context.get("continuous", True):
+        context["entropy_max"] = _entropy_max(run["case"])  # runs recorded before the callback noted it
+    return History(steps=h["steps"], series={k: (v[0], v[1]) for k, v in h["series"].items()},
+                   context=context, error=h["error"], total_steps=h["total_steps"])
+
+
+_ENTROPY_MAX: dict[str, float | None] = {}
+
+
+def _entropy_max(case_id: str) -> float | None:
+    """The uniform policy's entropy for a case's action space (what the callback records)."""
+    if case_id not in _ENTROPY_MAX:
+        import numpy as np
+
+        from sweeps.envs import env_factory
+
+        case = next(c for c in load_cases() if c["id"] == case_id)
+        space = env_factory(case["env"])().action_space
+        n = getattr(space, "nvec", None)
+        _ENTROPY_MAX[case_id] = (float(np.sum(np.log(n))) if n is not None else
+                                 math.log(space.n) if hasattr(space, "n") else None)
+    return _ENTROPY_MAX[case_id]
+
+
+def plain_log_history(run: dict[str, Any]) -> History | None:
+    from stability.diagnose import history_from_scalars
+    from stability.readers import LogReadError, read_tensorboard
+
+    try:
+        scalars = read_tensorboard(run["dir"] / "tb")
+    except LogReadError:
+        return None
+    plain = {k: v for k, v in scalars.items() if not k.startswith(_ADDED)}
+    return history_from_scalars(plain, error=run.get("error"))
+
+
+def reached_at(history: History, thresholds: Thresholds, kind: str) -> int:
+    """The env step at which a live run (the callback's checks) first held ``kind`` in its verdict."""
+    live = Judge(thresholds)
+    for n in checkpoints(len(history)):
+        if live.check(history.prefix(n)).verdict == kind:
+            return history.step_of(n - 1)
+    return history.last_step
+
+
+def references(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each env's reference return: the mean final return of its designated healthy case."""
+    cases = {c["id"]: c for c in load_cases()}
+    import yaml
+
+    envs = yaml.safe_load((REPO / "conf" / "corpus" / "cases.yaml").read_text())["envs"]
+    out = {}
+    for env, spec in envs.items():
+        values = [labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs
+                  if r["case"] == spec["reference"]]
+        values = [v for v in values if math.isfinite(v)]
+        out[env] = fmean(values) if values else math.nan
+    del cases
+    return out
+
+
+def score(runs: list[dict[str, Any]], thresholds: Thresholds, split: str) -> dict[str, Any]:
+    cases = {c["id"]: c for c in load_cases()}
+    refs = references(runs)
+    rows = []
+    for run in runs:
+        case = cases.get(run["case"])
+        if case is None or (split != "all" and case["split"] != split):
+            continue
+        truth = labels.label(run, refs.get(run["env"]))
+        row = {"case": run["case"], "seed": run["seed"], "mechanism": run["mechanism"], "intended": run["class"],
+               "label": truth, "algo": run["algo"], "env": run["env"], "split": case["split"]}
+        for path, history in (("sweep", sweep_history(run)), ("diagnose", plain_log_history(run))):
+            if history is None or not len(history):
+                continue
+            verdict = judge(history, thresholds)
+            row[path] = verdict.verdict
+            row[f"{path}_onset"] = verdict.onset_step
+            row[f"{path}_certain"] = sorted({f.kind for f in verdict.findings if f.certain})
+            if path == "sweep" and verdict.verdict != "healthy":
+                row["sweep_reached"] = reached_at(history, thresholds, verdict.verdict)
+                row["budget"] = history.total_steps
+        rows.append(row)
+    return {"rows": rows, "references": refs, "paths": {p: _metrics(rows, p) for p in ("sweep", "diagnose")}}
+
+
+def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    scored = [r for r in rows if path in r and r["label"] != "crash"]
+    confusion = Counter((r["label"], r[path]) for r in scored)
+    classes = sorted({r["label"] for r in scored} | {r[path] for r in scored})
+    per_class = {}
+    for c in classes:
+        tp = confusion[(c, c)]
+        predicted = sum(v for (t, p), v in confusion.items() if p == c)
+        actual = sum(v for (t, p), v in confusion.items() if t == c)
+        per_class[c] = {"precision": tp / predicted if predicted else math.nan, "recall": tp / actual if actual else math.nan,
+                        "support": actual, "predicted": predicted}
+    mech: dict[str, list[bool]] = defaultdict(list)
+    for r in scored:
+        if r["label"] != "healthy":
+            mech[f"{r['label']}/{r['mechanism']}"].append(r[path] == r["label"])
+    healthy = [r for r in scored if r["label"] == "healthy"]
+    delays = [(r["sweep_reached"] - r["sweep_onset"]) / r["budget"] for r in scored
+              if path == "sweep" and r[path] == r["label"] != "healthy" and r.get("budget") and r.get("sweep_onset") is not None]
+    reached = [r["sweep_reached"] / r["budget"] for r in scored
+               if path == "sweep" and r[path] == r["label"] != "healthy" and r.get("budget")]
+    return {"onset_to_verdict_budget_fraction": _quantiles(delays), "verdict_at_budget_fraction": _quantiles(reached),
+            "runs": len(scored), "accuracy": fmean([r[path] == r["label"] for r in scored]) if scored else math.nan,
+            "per_class": per_class, "confusion": {f"{t} -> {p}": v for (t, p), v in sorted(confusion.items())},
+            "mechanism_recall": {k: fmean(v) for k, v in sorted(mech.items())},
+            "healthy_flagged": sum(r[path] != "healthy" for r in healthy), "healthy_runs": len(healthy),
+            # what stop_on [KIND] would have stopped among runs labelled healthy: any certain finding counts
+            "false_stop_rate": {k: sum(k in r.get(f"{path}_certain", []) for r in healthy) / max(len(healthy), 1)
+                                for k in TARGETS}}
+
+
+def _quantiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"median": round(pick(0.5), 3), "p90": round(pick(0.9), 3), "n": len(values)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", default=str(REPO / "results" / "corpus" / "runs"))
+    parser.add_argument("--split", default="calib", choices=("calib", "heldout", "all"))
+    parser.add_argument("--thresholds", default=None)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--rows", action="store_true", help="print every run")
+    args = parser.parse_args(argv)
+    thresholds = Thresholds.load(args.thresholds) if args.thresholds else Thresholds()
+    result = score(load_runs(Path(args.runs)), thresholds, args.split)
+    if args.rows:
+        for r in result["rows"]:
+            mark = "" if r.get("sweep", r["label"]) == r["label"] and r.get("diagnose") == r["label"] else "  <-- "
+            print(f"{r['case']:36s} s{r['seed']} {r['intended']:22s} label={r['label']:22s} "
+                  f"sweep={r.get('sweep', '-'):22s} diag={r.get('diagnose', '-')}{mark}")
+    for path, m in result["paths"].items():
+        print(f"\n[{args.split}] {path}: {m['runs']} runs, accuracy {m['accuracy']:.3f}, "
+              f"healthy flagged {m['healthy_flagged']}/{m['healthy_runs']}")
+        for c, v in m["per_class"].items():
+            print(f"  {c:22s} P={v['precision']:.2f} R={v['recall']:.2f} (n={v['support']}, predicted {v['predicted']})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
