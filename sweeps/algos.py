@@ -27,6 +27,34 @@ MANAGED = {
 
 ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU", "gelu": "GELU",
                "silu": "SiLU"}
+# torch.optim classes a spec may name in policy_kwargs.optimizer_class (either spelling)
+OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD", "adagrad": "Adagrad",
+                     "adamax": "Adamax", "nadam": "NAdam", "radam": "RAdam"}
+# policy_kwargs whose value SB3 needs as a class: the names a spec may write for each ("module:Class" for
+# classes of the user's own code)
+CLASS_KWARGS = {"activation_fn": ACTIVATIONS, "optimizer_class": OPTIMIZER_CLASSES,
+                "features_extractor_class": {}, "lstm_class": {}}
+
+
+def class_name_problem(key: str, value: object) -> str | None:
+    """Why ``policy_kwargs.KEY: value`` cannot be turned into the class SB3 needs, or None."""
+    names = CLASS_KWARGS[key]
+    if not isinstance(value, str):
+        return f"expected a name, got {value!r}"
+    if value.lower() in names or value in names.values() or ":" in value:
+        return None
+    allowed = ", ".join(names) if names else "none built in"
+    return f"{value!r} is not a class rlsweep can build; allowed: {allowed}, or 'package.module:Class'"
+
+
+def resolve_class(key: str, value: str) -> type:
+    names = CLASS_KWARGS[key]
+    if ":" in value:
+        from sweeps.envs import import_entry_point
+
+        return import_entry_point(value)
+    module = __import__("torch.nn" if key == "activation_fn" else "torch.optim", fromlist=["_"])
+    return getattr(module, names.get(value.lower(), value))
 
 
 @dataclass(frozen=True)
@@ -130,11 +158,9 @@ def resolve_kwargs(hyperparams: dict[str, Any]) -> dict[str, Any]:
 
             kwargs[key] = LinearSchedule(float(value[len("lin_"):]))
     policy_kwargs = dict(kwargs.get("policy_kwargs") or {})
-    act = policy_kwargs.get("activation_fn")
-    if isinstance(act, str):
-        import torch.nn as nn
-
-        policy_kwargs["activation_fn"] = getattr(nn, ACTIVATIONS[act])
+    for key in CLASS_KWARGS:
+        if isinstance(policy_kwargs.get(key), str):
+            policy_kwargs[key] = resolve_class(key, policy_kwargs[key])
     if policy_kwargs:
         kwargs["policy_kwargs"] = policy_kwargs
     return kwargs

@@ -8,7 +8,7 @@ learning_rate       a rate, ``"lin_3e-4"``, or ``{schedule: linear|constant, ini
                     (``critic``: the critic's own initial rate, for SAC/TD3/TQC)
 log_std_bounds      ``[low, high]``: the Gaussian log std stays inside (see sweeps.policies)
 max_grad_norm       a positive norm, or ``off`` / ``null`` for no clipping
-optimizer           ``adam`` | ``adamw`` | ``rmsprop`` (with SB3's eps=1e-5 kept)
+optimizer           ``adam`` | ``adamw`` | ``rmsprop`` | ``sgd`` (with SB3's eps=1e-5 kept)
 weight_decay        >= 0, reaching the optimizer for every algorithm (A2C included)
 ortho_init          orthogonal init on/off
 init_gains          ``{hidden, policy, value}`` orthogonal gains (+ ``lstm`` for RecurrentPPO)
@@ -28,7 +28,7 @@ from sweeps.errors import Issue, did_you_mean, one_of
 
 KNOBS = ("learning_rate", "log_std_bounds", "max_grad_norm", "optimizer", "weight_decay", "ortho_init",
          "init_gains", "log_std_init", "normalize", "reward_scale")
-OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
+OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
 SCHEDULES = ("constant", "linear")
 GAINS = ("hidden", "policy", "value", "lstm")
 NORMALIZE_KEYS = ("reward", "obs", "clip_reward", "clip_obs", "gamma")
@@ -273,12 +273,13 @@ def _optimizer(algo: str, kwargs: dict, pk: dict, knobs: dict, defaults: dict, t
         name = "rmsprop"
     else:
         name = "adam"
-    pk["optimizer_class"] = getattr(th.optim, OPTIMIZERS.get(name, name))
+    if name in OPTIMIZERS and not ("optimizer_class" in pk and "optimizer" not in knobs):
+        pk["optimizer_class"] = getattr(th.optim, OPTIMIZERS[name])
     options = dict(pk.get("optimizer_kwargs") or {})
     if name == "rmsprop":
         options.setdefault("alpha", 0.99)
         options.setdefault("eps", kwargs.get("rms_prop_eps", defaults.get("rms_prop_eps", 1e-5)))
-    elif algo not in _OFF_POLICY_ALGOS:  # on-policy SB3 uses eps=1e-5; off-policy keeps torch's default
+    elif name in ("adam", "adamw") and algo not in _OFF_POLICY_ALGOS:  # on-policy SB3: eps=1e-5
         options.setdefault("eps", 1e-5)
     options["weight_decay"] = float(knobs.get("weight_decay", options.get("weight_decay", 0.0)))
     pk["optimizer_kwargs"] = options

@@ -429,17 +429,21 @@ def _check_hyperparam(algo: str, where: str, key: str, allowed: tuple[str, ...])
 
 
 def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue]:
-    """Values that must be names from a fixed list (activation functions)."""
-    from sweeps.algos import ACTIVATIONS
+    """Values that must be names from a fixed list (activation functions, optimizer classes, ...)."""
+    from sweeps.algos import ACTIVATIONS, CLASS_KWARGS, class_name_problem
 
-    key, issues = "policy_kwargs.activation_fn", []
-    candidates = [("hyperparams", fixed[key])] if key in fixed else []
-    if key in dims:
-        d = dims[key]
-        candidates += [("space", v) for v in (d.values if d.kind == "choice" else (d.value,))]
-    for where, value in candidates:
-        if value not in ACTIVATIONS:
-            issues.append(Issue(f"{where}.{key}", one_of(value, ACTIVATIONS)))
+    issues = []
+    for name in CLASS_KWARGS:
+        key = f"policy_kwargs.{name}"
+        candidates = [("hyperparams", fixed[key])] if key in fixed else []
+        if key in dims:
+            d = dims[key]
+            candidates += [("space", v) for v in (d.values if d.kind == "choice" else (d.value,))]
+        for where, value in candidates:
+            if name == "activation_fn" and value not in ACTIVATIONS:
+                issues.append(Issue(f"{where}.{key}", one_of(value, ACTIVATIONS)))
+            elif name != "activation_fn" and (problem := class_name_problem(name, value)):
+                issues.append(Issue(f"{where}.{key}", problem))
     from sweeps.algos import SCHEDULED
 
     for key in SCHEDULED:
