@@ -29,9 +29,12 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
 from stability.gradients import GradNormMonitor
-from stability.signals import PREFIX, SB3_KEYS, History
+from stability.signals import PREFIX, SB3_KEYS, History, group_steps
 from stability.thresholds import Thresholds
-from stability.verdict import Verdict, classify
+from stability.verdict import Judge, Verdict
+
+# info keys by which common envs and wrappers say they replaced the agent's action.
+OVERRIDE_KEYS = ("action_overridden", "overridden", "intervened", "intervention", "forced", "is_overridden")
 
 # Signals the callback computes itself (everything else comes from ``train/*``).
 OWN = ("ep_return", "log_std_min", "log_std_max", "loc_abs_max", "params_finite", "adv_std", "return_std", "return_rms",
@@ -54,12 +57,15 @@ class StabilityCallback(BaseCallback):
         training. A group's ``train/*`` values are averaged (gradient-norm maxima kept); groups of
         PPO's usual 2048-step rollouts are single updates.
     :param grad_norms: record the pre-clip gradient norm (installs a :class:`GradNormMonitor`).
+    :param override_keys: ``info`` keys by which an env says it replaced the agent's action (any
+        truthy value counts); envs name this in their own ways.
     """
 
     def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (),
                  on_update: Callable[[int, dict[str, float], Verdict], None] | None = None,
                  check_every: int = 1, min_update_steps: int | None = None, grad_norms: bool = True,
-                 max_grad_norm: float | None = None, verbose: int = 0) -> None:
+                 max_grad_norm: float | None = None, override_keys: Iterable[str] = OVERRIDE_KEYS,
+                 verbose: int = 0) -> None:
         super().__init__(verbose)
         if check_every < 1:
             raise ValueError(f"check_every >= 1 must hold, but got check_every={check_every}")
@@ -74,8 +80,10 @@ class StabilityCallback(BaseCallback):
         self.min_update_steps = min_update_steps
         self.want_grad_norms = grad_norms
         self.max_grad_norm = max_grad_norm
+        self.override_keys = tuple(override_keys)
         self.history = History()
         self.verdict = Verdict.empty()
+        self._judge = Judge(self.thresholds)
         self.stopped_by: str | None = None
         self.first_certain: dict[str, int] = {}  # failure class -> env step at which it was first certain
         self._train: dict[str, list[float]] = {}  # this group's recorded train/* values
@@ -106,8 +114,7 @@ class StabilityCallback(BaseCallback):
 
         self._on_policy = isinstance(self.model, OnPolicyAlgorithm)
         if self.min_update_steps is None:  # coarse enough to be cheap, fine enough for ~100 records a run
-            budget = getattr(self.model, "_total_timesteps", 0) or 0
-            self.min_update_steps = max(1, min(256 if self._on_policy else 1000, budget // 100))
+            self.min_update_steps = group_steps(getattr(self.model, "_total_timesteps", 0) or 0, self._on_policy)
         self._vecnorm = unwrap_vec_normalize(self.model.get_env())
         logger = self.model.logger
         self._original_record = logger.record
@@ -138,7 +145,7 @@ class StabilityCallback(BaseCallback):
         infos = self.locals.get("infos") or ()
         self._override_total += len(infos)
         for info in infos:
-            if info.get("action_overridden") or info.get("overridden"):
+            if any(info.get(key) for key in self.override_keys):
                 self._overrides += 1
         return not self._stop
 
@@ -194,7 +201,7 @@ class StabilityCallback(BaseCallback):
             self.history.error = error if isinstance(error, str) else "".join(
                 traceback.format_exception(type(error), error, error.__traceback__))
         if self._finished:  # the crash came after training ended (e.g. in evaluation): judge again
-            self.verdict = classify(self.history, self.thresholds, final=True)
+            self.verdict = self._judge.check(self.history, final=True)
             self._note_certain()
         self._close()
         return self.verdict
@@ -208,7 +215,7 @@ class StabilityCallback(BaseCallback):
                 self._update_step = self.model.num_timesteps
             if self._raw:  # a partial group (training ended or crashed mid-group)
                 self._rollout_stats()
-            self._commit(force_check=True)
+            self._commit()
         if self._monitor is not None:
             self._monitor.close()
         logger = self.model.logger
@@ -216,10 +223,10 @@ class StabilityCallback(BaseCallback):
             logger.record = self._original_record
         if logger.name_to_value:  # SB3 never dumps the last update; keep the one-rollout lag
             logger.dump(step=self.model.num_timesteps + (self._rollout_size if self._on_policy else 0))
-        self.verdict = classify(self.history, self.thresholds, final=True)
+        self.verdict = self._judge.check(self.history, final=True)
         self._note_certain()
 
-    def _commit(self, force_check: bool = False) -> None:
+    def _commit(self) -> None:
         """Close one update: gather its signals, write them to the logger, classify."""
         grads = self._monitor.pop() if self._monitor is not None else {}
         if not self._train and not grads:
@@ -250,9 +257,11 @@ class StabilityCallback(BaseCallback):
         self._train, self._rollout = {}, {}
         self._last_commit = self._update_step
         n = len(self.history)
-        if force_check or n >= self._next_check or self._urgent(signals):
-            self._next_check = n + max(self.check_every, n // 20)
-            self.verdict = classify(self.history, self.thresholds)
+        scheduled = n >= self._next_check
+        if scheduled or self._urgent(signals):
+            if scheduled:  # the checkpoints of stability.verdict.checkpoints (with check_every=1)
+                self._next_check = n + max(self.check_every, n // 20)
+            self.verdict = self._judge.check(self.history)
             self._note_certain()
             if self.verdict.certain and self.verdict.verdict in self.stop_on:
                 self._stop = True
@@ -335,6 +344,12 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
     space = model.action_space
     ctx["action_space"] = type(space).__name__
     ctx["continuous"] = type(space).__name__ == "Box"
+    if type(space).__name__ == "Discrete":
+        ctx["entropy_max"] = math.log(int(space.n))
+    elif type(space).__name__ == "MultiDiscrete":
+        ctx["entropy_max"] = float(sum(math.log(int(n)) for n in space.nvec))
+    elif type(space).__name__ == "MultiBinary":
+        ctx["entropy_max"] = float(np.prod(space.shape) * math.log(2))
     value_net = getattr(model.policy, "value_net", None)
     if isinstance(value_net, th.nn.Linear):
         ctx["value_head_weight_std"] = float(value_net.weight.detach().std()) if value_net.weight.numel() > 1 \

@@ -12,19 +12,27 @@ import re
 from pathlib import Path
 
 from stability.readers import LogReadError, read_mlflow_run, read_tensorboard
-from stability.signals import History
+from stability.signals import History, group_steps
 from stability.thresholds import Thresholds
-from stability.verdict import Verdict, classify
+from stability.verdict import Verdict, judge
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def history_from_scalars(scalars: dict, context: dict | None = None, error: str | None = None) -> History:
+    """A log's scalars as the history the StabilityCallback would have recorded: every update of a
+    plain log, grouped the way the callback groups small updates (A2C's 5-step updates, off-policy
+    training steps), so the detectors see the same records on both paths."""
+    history = History.from_scalars(scalars, context=context, error=error)
+    on_policy = not any(k in scalars for k in ("train/actor_loss", "train/critic_loss", "train/ent_coef"))
+    return history.regroup(group_steps(history.last_step, on_policy))
 
 
 def load_history(source: str | Path, error: str | None = None, tracking_uri: str | None = None) -> History:
     """The signal history of a TensorBoard directory/file or an MLflow run id."""
     path = Path(source)
     if path.exists():
-        scalars = read_tensorboard(path)
-        return History.from_scalars(scalars, error=error)
+        return history_from_scalars(read_tensorboard(path), error=error)
     text = str(source)
     if not _RUN_ID.match(text):
         raise LogReadError(f"{text}: no such file or directory, and not an MLflow run id (32 hex digits). "
@@ -36,7 +44,7 @@ def load_history(source: str | Path, error: str | None = None, tracking_uri: str
             context = json.loads(tags["stability.context"])
         except json.JSONDecodeError:
             context = {}
-    return History.from_scalars(scalars, context=context, error=error or tags.get("rlsweep.error"))
+    return history_from_scalars(scalars, context=context, error=error or tags.get("rlsweep.error"))
 
 
 def diagnose(source: str | Path, error: str | None = None, tracking_uri: str | None = None,
@@ -46,4 +54,4 @@ def diagnose(source: str | Path, error: str | None = None, tracking_uri: str | N
     if not len(history):
         raise LogReadError(f"{source}: the log holds no training signals this tool knows (SB3 'train/*', "
                            "CleanRL 'losses/*', or 'stability/*' keys)", source=str(source))
-    return classify(history, thresholds, final=True)
+    return judge(history, thresholds)

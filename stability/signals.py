@@ -208,5 +208,51 @@ class History:
             history.add(step, values)
         return history
 
+    def prefix(self, n: int) -> "History":
+        """The history as it stood after its first ``n`` updates (same context and budget)."""
+        series = {}
+        for name, (indices, numbers) in self.series.items():
+            cut = bisect.bisect_left(indices, n)
+            if cut:
+                series[name] = (indices[:cut], numbers[:cut])
+        return History(self.steps[:n], series, self.context, self.error if n >= len(self.steps) else None,
+                       self.total_steps)
+
+    def regroup(self, min_steps: int) -> "History":
+        """Updates merged so that each record spans at least ``min_steps`` env steps, the way the
+        StabilityCallback groups small updates: values averaged, maxima kept, finiteness ANDed."""
+        if min_steps <= 1 or len(self.steps) < 2:
+            return self
+        out = History(context=dict(self.context), error=self.error, total_steps=self.total_steps)
+        group: dict[str, list[float]] = {}
+        last = -1
+        for i, step in enumerate(self.steps):
+            for name, (indices, numbers) in self.series.items():
+                j = bisect.bisect_left(indices, i)
+                if j < len(indices) and indices[j] == i:
+                    group.setdefault(name, []).append(numbers[j])
+            if step - last >= min_steps or i == len(self.steps) - 1:
+                out.add(step, {name: _merge(name, values) for name, values in group.items()})
+                group, last = {}, step
+        return out
+
     def to_scalars(self) -> dict[str, list[tuple[int, float]]]:
         return {f"{PREFIX}{name}": self.points(name) for name in self.series}
+
+
+def _merge(name: str, values: list[float]) -> float:
+    if name.endswith("_max") or name == "loc_abs_max":
+        return max(values, key=lambda v: v if math.isfinite(v) else math.inf)
+    if name.endswith("_min") or name == "params_finite":
+        return min(values, key=lambda v: v if math.isfinite(v) else -math.inf)
+    if name == "ep_return":
+        return values[-1]
+    if not all(math.isfinite(v) for v in values):
+        return next(v for v in values if not math.isfinite(v))
+    return sum(values) / len(values)
+
+
+def group_steps(budget: int, on_policy: bool = True) -> int:
+    """Env steps one recorded update spans at least: coarse enough to be cheap, fine enough for
+    ~100 records a run (shared by the callback and by ``diagnose``, so both judge the same records)."""
+    return max(1, min(256 if on_policy else 1000, budget // 100))

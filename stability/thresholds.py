@@ -45,6 +45,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "actor_grad_share_max": 0.01,
         "lr_min_fraction": 0.05,
         "override_fraction": 0.5,
+        "collapsed_fraction": 0.1,
     },
     "stuck_value_loss": {
         "enabled": True,
@@ -54,9 +55,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "min_progress": 0.5,
         "fall_ratio": 0.8,
         "ev_max": 0.05,
-        "relative_floor": 0.01,
+        "relative_floor": 0.1,
+        "relative_floor_episode": 0.02,
+        "ev_pinned": 1.0e-3,
+        "pinned_share": 0.6,
         "weight_decay": 0.01,
         "return_scale": 100.0,
+    },
+    "entropy_collapse": {
+        "enabled": True,
+        "min_updates": 10,
+        "min_window": 5,
+        "window_fraction": 0.25,
+        "min_progress": 0.5,
+        "by_progress": 0.6,
+        "entropy_fraction": 0.1,
+        "std_max": 0.05,
+        "entropy_drop": 3.0,
+        "min_gain": 0.1,
     },
 }
 

@@ -31,6 +31,8 @@ class Finding:
     advice: list[str]
     causes: list[str] = field(default_factory=list)
     certain: bool = True
+    # Machine-readable fixes, computed from the run's own config: each {"patch": {knob: value}, "why": text}.
+    patches: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -43,6 +45,7 @@ class Verdict:
     findings: list[Finding]
     updates: int
     last_step: int
+    notes: list[str] = field(default_factory=list)   # what limited the judgement (e.g. a short run)
 
     @classmethod
     def empty(cls) -> "Verdict":
@@ -58,7 +61,8 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "onset_step": self.onset_step, "updates": self.updates,
-                "last_step": self.last_step, "findings": [f.to_dict() for f in self.findings]}
+                "last_step": self.last_step, "notes": list(self.notes),
+                "findings": [f.to_dict() for f in self.findings]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -67,7 +71,7 @@ class Verdict:
     def from_dict(cls, data: dict[str, Any]) -> "Verdict":
         findings = [Finding(**f) for f in data.get("findings", [])]
         return cls(data["verdict"], data.get("onset_step"), findings, int(data.get("updates", 0)),
-                   int(data.get("last_step", 0)))
+                   int(data.get("last_step", 0)), list(data.get("notes", [])))
 
     def render(self) -> str:
         """A few readable lines: the verdict, then per finding the evidence and the advice."""
@@ -86,6 +90,8 @@ class Verdict:
                 lines.append(f"    likely cause: {cause}")
             for advice in f.advice:
                 lines.append(f"    try: {advice}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
         return "\n".join(lines)
 
 
@@ -104,11 +110,68 @@ def classify(history: History, thresholds: Thresholds | None = None, final: bool
         finding = detector.detect(history, thresholds.of(detector.name), final)
         if finding is not None:
             findings.append(finding)
-    findings.sort(key=lambda f: (not f.certain, PRIORITY.index(f.kind) if f.kind in PRIORITY else 99))
+    findings.sort(key=_rank)
     certain = [f for f in findings if f.certain]
+    notes = []
+    if len(history) < SHORT_RUN:
+        notes.append(f"short run: {len(history)} updates (detectors are sure from {SHORT_RUN}); judged on what "
+                     "there is, with smaller windows")
     if certain:
-        return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step)
-    return Verdict("healthy", None, findings, len(history), history.last_step)
+        return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step, notes)
+    return Verdict("healthy", None, findings, len(history), history.last_step, notes)
+
+
+SHORT_RUN = 20  # updates below which a run is judged with what it has, and the verdict says so
+
+
+def checkpoints(n: int) -> list[int]:
+    """Update counts at which a run is judged while it trains: every update up to 20, then every
+    5% of the updates so far. The callback and :func:`judge` use the same schedule, so a run's
+    verdict does not depend on whether it was watched live or read from its log afterwards."""
+    out, k = [], 1
+    while k <= n:
+        out.append(k)
+        k += max(1, k // 20)
+    return out
+
+
+class Judge:
+    """The verdict of a run as it grows: a finding that was certain at any check stays in the
+    verdict (a learning rate that decays later, or a signal that drifts back over a limit, does not
+    excuse it); the verdict is the highest-priority certain finding, causes before consequences."""
+
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self.kept: dict[str, Finding] = {}
+
+    def check(self, history: History, final: bool = False) -> Verdict:
+        now = classify(history, self.thresholds, final)
+        for finding in now.findings:
+            if finding.certain:
+                self.kept.setdefault(finding.kind, finding)
+        current = {f.kind: f for f in now.findings}
+        findings = [self.kept[k] if k in self.kept else f for k, f in current.items()]
+        findings += [f for k, f in self.kept.items() if k not in current]
+        findings.sort(key=_rank)
+        certain = [f for f in findings if f.certain]
+        notes = list(now.notes)
+        if certain:
+            return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step, notes)
+        return Verdict("healthy", None, findings, len(history), history.last_step, notes)
+
+
+def judge(history: History, thresholds: Thresholds | None = None) -> Verdict:
+    """The final verdict of a finished run: judged at every checkpoint, then as a whole."""
+    judge_ = Judge(thresholds)
+    replay = history if history.total_steps else History(history.steps, history.series, history.context,
+                                                         history.error, history.last_step or None)
+    for n in checkpoints(len(replay))[:-1]:
+        judge_.check(replay.prefix(n))
+    return judge_.check(replay, final=True)
+
+
+def _rank(f: Finding) -> tuple[bool, int]:
+    return (not f.certain, PRIORITY.index(f.kind) if f.kind in PRIORITY else 99)
 
 
 def _fmt(value: Any) -> str:

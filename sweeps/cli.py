@@ -189,7 +189,7 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
     from stability.diagnose import load_history
     from stability.readers import LogReadError
     from stability.thresholds import ThresholdError, Thresholds
-    from stability.verdict import classify
+    from stability.verdict import judge
 
     error = None
     if args.error_file:
@@ -206,15 +206,13 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
     if not len(history) and not history.error:
         raise UsageError(f"{args.path}: the log holds no training signals rlsweep knows (SB3 'train/*' and "
                          "'rollout/*', CleanRL 'losses/*' and 'charts/*', or 'stability/*' keys)")
-    verdict = classify(history, thresholds, final=True)
+    verdict = judge(history, thresholds)
     if args.plot:
         from stability.plot import plot_signals
 
         plot_signals(history, verdict, args.plot, title=str(args.path))
     if args.json:
-        print(json.dumps({"verdict": verdict.verdict, "onset_step": verdict.onset_step,
-                          "findings": [f.to_dict() for f in verdict.findings],
-                          "updates": verdict.updates, "last_step": verdict.last_step}))
+        print(json.dumps(verdict.to_dict()))
     else:
         console.print(f"{args.path}", highlight=False)
         console.print(verdict.render(), highlight=False, markup=False, soft_wrap=True)

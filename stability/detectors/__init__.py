@@ -2,12 +2,13 @@
 from stability.detectors._base import Detector
 from stability.detectors._dead_policy_gradient import DeadPolicyGradient
 from stability.detectors._degenerate_reward import DegenerateReward
+from stability.detectors._entropy_collapse import EntropyCollapse
 from stability.detectors._exploding_updates import ExplodingUpdates
 from stability.detectors._nan_scale import NanScale
 from stability.detectors._stuck_value_loss import StuckValueLoss
 
 DETECTORS: tuple[Detector, ...] = (NanScale(), ExplodingUpdates(), DegenerateReward(), DeadPolicyGradient(),
-                                   StuckValueLoss())
+                                   StuckValueLoss(), EntropyCollapse())
 
-__all__ = ["DETECTORS", "Detector", "DeadPolicyGradient", "DegenerateReward", "ExplodingUpdates", "NanScale",
+__all__ = ["DETECTORS", "Detector", "DeadPolicyGradient", "DegenerateReward", "EntropyCollapse", "ExplodingUpdates", "NanScale",
            "StuckValueLoss"]

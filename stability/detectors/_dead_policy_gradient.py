@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from stability import advice
 from stability.detectors._base import Detector, median, progress, rel_change, returns_rose, streak_start, window_size
 from stability.signals import History
 from stability.verdict import Finding
@@ -30,12 +31,12 @@ class DeadPolicyGradient(Detector):
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
         n = len(history)
-        if n < 2 * t["min_updates"] or history.context.get("algo") in _OFF_POLICY:
+        if n < t["min_updates"] or history.context.get("algo") in _OFF_POLICY:
             return None
         done = progress(history)
         if not final and (done is None or done < t["min_progress"]):
             return None
-        w = window_size(history, t)
+        w = window_size(history, t) if n >= 2 * t["min_window"] else max(2, n // 2)
         lr = history.values("learning_rate")
         if lr and (lr[-1] <= 0 or lr[-1] < t["lr_min_fraction"] * max(lr)):
             return None
@@ -55,13 +56,25 @@ class DeadPolicyGradient(Detector):
             onset = n - w
         if not dead or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
+        if _collapsed(history, t):  # frozen near determinism after moving there: entropy_collapse's case
+            return None
         onset = n - w if onset is None else min(onset, n - w)
-        causes = _causes(history, w, t, evidence)
+        causes, patches = _causes(history, w, t, evidence)
         return Finding(self.name, history.step_of(onset),
                        "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
                        if history.has("approx_kl") else
                        "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0",
-                       evidence, _advice(causes), causes)
+                       evidence, advice.texts(patches) + _env_advice(causes), causes, patches=patches)
+
+
+def _collapsed(history: History, t: dict[str, Any]) -> bool:
+    """The entropy fell to under ``collapsed_fraction`` of its first value: the policy moved, to a
+    near-deterministic one (a policy saturated from its first update keeps its first entropy)."""
+    entropy = [v for v in history.values("entropy") if math.isfinite(v)]
+    top = history.context.get("entropy_max") or (entropy[0] if entropy else 0.0)
+    if len(entropy) < 2 or top <= 0:
+        return False
+    return entropy[-1] < t["collapsed_fraction"] * top
 
 
 def _frozen(history: History, name: str, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool | None:
@@ -96,8 +109,11 @@ def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[s
     return False
 
 
-def _causes(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> list[str]:
-    causes = []
+def _causes(history: History, w: int, t: dict[str, Any],
+            evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Likely causes, and the knob patches that answer them (computed from the run's own config)."""
+    causes: list[str] = []
+    patches: list[dict[str, Any] | None] = []
     ctx = history.context
     override = history.values("override_fraction", last=w)
     if override and median(override) >= t["override_fraction"]:
@@ -111,30 +127,40 @@ def _causes(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any
     if ctx.get("norm_reward") and norm_std and reward_std and median(norm_std) < 0.1 * max(median(reward_std), 1e-12):
         evidence["reward_norm_std_median"] = median(norm_std)
         causes.append(f"VecNormalize shrinks the rewards the agent sees to std {median(norm_std):.3g}")
+        patches.append({"patch": {"normalize": {"reward": False}}, "why": "let the sparse reward through unshrunk"})
     adv = history.values("adv_std", last=w)
     if adv:
         evidence["adv_std_median"] = median(adv)
         if median(adv) < 1e-3:
             causes.append(f"advantages have almost no spread (std {median(adv):.3g})")
+            patches.append(advice.make(ctx, "normalize_advantage", True, "rescale tiny advantages to unit spread"))
     share = evidence.get("actor_grad_share")
     actor, total = history.values("grad_norm_actor", last=w), history.values("grad_norm", last=w)
     if share is None and actor and total:
         share = evidence["actor_grad_share"] = median(actor) / max(median(total), 1e-12)
     if share is not None and share < t["actor_grad_share_max"]:
         causes.append(f"the actor gets {share:.2%} of the gradient norm; the critic dominates the clipped total")
-    return causes
+        if not ctx.get("norm_reward"):
+            patches.append(advice.make(ctx, "normalize", {"reward": True}, "shrink the returns the critic's gradient scales with"))
+        vf = ctx.get("vf_coef")
+        patches.append(advice.make(ctx, "vf_coef", float(f"{(vf if vf else 0.5) / 10:.3g}"),
+                                   "a smaller critic share of the clipped gradient"))
+    ent = ctx.get("ent_coef")
+    if isinstance(ent, (int, float)) and ent >= 0.1:
+        causes.append(f"ent_coef {ent:g} rewards a uniform policy more than any return")
+        patches.append(advice.make(ctx, "ent_coef", 0.0, "let the advantages, not the entropy bonus, move the policy"))
+    lr = history.values("learning_rate")
+    if lr and lr[-1] < 1e-6:
+        causes.append(f"learning_rate {lr[-1]:.2g} moves nothing")
+        patches.append(advice.make(ctx, "learning_rate", 3e-4, "a step size that changes the policy"))
+    return causes, advice.collect(*patches)
 
 
-def _advice(causes: list[str]) -> list[str]:
-    advice = []
-    text = " ".join(causes)
-    if "overrides" in text:
-        advice.append("train only in phases where the agent's actions are applied (env.kwargs / curriculum)")
-    if "constant" in text or "spread" in text:
-        advice.append("give the constant phases a shaped reward, or shorten them")
-    if "VecNormalize" in text:
-        advice.append("normalize: {reward: false} (or a larger normalize.clip_reward) for sparse rewards")
-    if "critic dominates" in text:
-        advice.append("max_grad_norm: off or separate actor/critic networks; lower vf_coef")
-    advice.append("raise learning_rate or ent_coef only after the causes above are fixed")
-    return advice
+def _env_advice(causes: list[str]) -> list[str]:
+    """Fixes outside the knobs (the env itself), as text only."""
+    out = []
+    if any("overrides" in c for c in causes):
+        out.append("train only in phases where the agent's actions are applied (env.kwargs / curriculum)")
+    if any("constant" in c for c in causes):
+        out.append("give the constant phases a shaped reward, or shorten them")
+    return out

@@ -1,8 +1,10 @@
 """``degenerate_reward``: the rollouts carry no reward signal to learn from.
 
-Certain when, for the last ``min_updates`` rollouts, every raw per-step reward was the same
+A warning when, for the last ``min_updates`` rollouts, every raw per-step reward was the same
 value *and* every episode returned the same total: then no advantage can favour any action
-(the critic's bootstrapped targets may still vary; that is its own noise, not a signal). A
+(the critic's bootstrapped targets may still vary; that is its own noise, not a signal); certain
+when that has held since the first rollout, so the env never paid a signal (a cause, which outranks
+the dead gradient it makes). A
 constant per-step reward alone is not enough: CartPole pays +1 every step, and its signal is
 when episodes end, which shows in the episodes' returns.
 """
@@ -29,9 +31,15 @@ class DegenerateReward(Detector):
         if len(returns) < t["min_updates"] or max(returns) - min(returns) > eps * max(1.0, abs(returns[0])):
             return None
         value = history.values("reward_mean")[-1] if history.has("reward_mean") else float("nan")
+        # Constant from the first rollout on: the env pays no signal (a cause). Constant only since
+        # later: the policy stopped reaching what paid (a consequence of another failure, which then
+        # leads the verdict); a warning here.
+        from_start = flat == 0
         return Finding(self.name, history.step_of(flat),
                        f"every step of the last {len(history) - flat} rollouts paid the same reward ({value:.4g})",
                        {"reward_mean_last": value, "reward_std_last": history.values("reward_std")[-1],
                         "rollouts_flat": len(history) - flat},
                        ["check the env's reward function and any stage/curriculum that pays a constant",
-                        "shorten constant-reward phases or give them a shaped reward"])
+                        "shorten constant-reward phases or give them a shaped reward"],
+                       [] if from_start else ["rewards varied in earlier rollouts: the policy stopped reaching them"],
+                       certain=from_start)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from stability import advice
 from stability.detectors._base import Detector, median
 from stability.signals import History
 from stability.verdict import Finding
@@ -51,11 +52,15 @@ class ExplodingUpdates(Detector):
         evidence["hits"] = len(hits)
         certain = len({i for i, _ in hits}) >= t["min_hits"]
         signals = sorted({name for _, name in hits})
+        ctx, lr = history.context, history.values("learning_rate")
+        patches = advice.collect(
+            advice.lower_lr(ctx, lr[0] if lr else None, 10.0, "updates far larger than the run's own early ones"),
+            advice.clip_grads(ctx, "cap the size of each update"),
+            advice.make(ctx, "normalize", {"reward": True}, "large returns make large value-loss gradients")
+            if not ctx.get("norm_reward") else None)
         return Finding(self.name, history.step_of(hits[0][0]),
                        f"update size exploded ({', '.join(signals)} far above the run's own early level)",
-                       evidence, ["lower learning_rate", "max_grad_norm: 0.5",
-                                  "normalize: {reward: true} if rewards are large"],
-                       _causes(history), certain=certain)
+                       evidence, advice.texts(patches), _causes(history), certain=certain, patches=patches)
 
 
 def _causes(history: History) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from stability import advice
 from stability.detectors._base import Detector, first_index
 from stability.signals import History
 from stability.verdict import Finding
@@ -25,15 +26,16 @@ class NanScale(Detector):
     name = "nan_scale"
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
-        advice = _advice(history)
+        patches = _patches(history)
+        advice_ = advice.texts(patches)
         if history.error:
             match = _TORCH_ARGUMENT.search(history.error)
             if match:  # onset: where log_std first left the sane range, else the crash itself
                 onset = _warning_onset(history, t, None)
                 return Finding(self.name, history.step_of(onset) if onset is not None else history.last_step,
                                f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
-                               {"error": match.group(0)[:400]} | _log_std_evidence(history), advice,
-                               _causes(history))
+                               {"error": match.group(0)[:400]} | _log_std_evidence(history), advice_,
+                               _causes(history), patches=patches)
         rules = [
             ("params_finite", lambda v: v < 1.0, "non-finite parameter after the update"),
             *[(name, lambda v: ~np.isfinite(v), f"{name} is not finite") for name in _LOSSES],
@@ -53,12 +55,12 @@ class NanScale(Detector):
             index, what, value = min(hits, key=lambda h: h[0])
             onset = history.step_of(_warning_onset(history, t, index))
             return Finding(self.name, onset, what, {"first_value": value, "at_step": history.step_of(index)}
-                           | _log_std_evidence(history), advice, _causes(history))
+                           | _log_std_evidence(history), advice_, _causes(history), patches=patches)
         index = _warning_onset(history, t, None)
         if index is not None:
             return Finding(self.name, history.step_of(index),
                            "log_std is running towards float32's exp() limits", _log_std_evidence(history),
-                           advice, _causes(history), certain=False)
+                           advice_, _causes(history), certain=False, patches=patches)
         return None
 
 
@@ -94,9 +96,15 @@ def _causes(history: History) -> list[str]:
     return causes
 
 
-def _advice(history: History) -> list[str]:
-    advice = ["set log_std_bounds: [-5, 2]", "lower learning_rate (e.g. a third of the current value)",
-              "max_grad_norm: 0.5"]
-    if not history.context.get("norm_reward"):
-        advice.append("normalize: {reward: true} (or reward_scale: 0.1) for large or spiky rewards")
-    return advice
+def _patches(history: History) -> list[dict[str, Any]]:
+    ctx = history.context
+    lr = history.values("learning_rate")
+    gaussian = (history.has("log_std_max") or history.has("std") or ctx.get("continuous")
+                or bool(history.error and re.search(r"Expected parameter (scale|loc)", history.error)))
+    bounded = ctx.get("log_std_bounds")
+    return advice.collect(
+        advice.make(ctx, "log_std_bounds", [-5, 2], "keep exp(log_std) a usable number")
+        if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20) else None,
+        advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller updates"),
+        advice.clip_grads(ctx, "clip the gradients that moved the parameters this far"),
+        advice.make(ctx, "normalize", {"reward": True}, "bring large or spiky rewards near 1"))

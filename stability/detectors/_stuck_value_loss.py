@@ -1,19 +1,26 @@
 """``stuck_value_loss``: the critic is not learning.
 
-Certain when, after ``min_progress`` of the budget (or at the end of a run of unknown budget),
-the value loss over the last window has not fallen below ``fall_ratio`` times its level over
-the first window, explained variance stays at or below ``ev_max``, and the loss is not small
-against the returns it fits (``value_loss / mean(return^2) >= relative_floor``; a converged
-policy with near-constant returns has EV <= 0 and a tiny, flat loss: that is not stuck).
-Explained variance is never used alone. When the episode returns are clearly rising (the critic
-chases moving targets) the finding is only a warning, unless the critic's output is pinned
-(|EV| < 1e-3: a constant prediction, e.g. under heavy weight decay).
+Judged after ``min_progress`` of the budget (or at the end of a run of unknown budget), on the
+first and last windows of updates (smaller windows for short runs, which the verdict notes):
+the value loss has not fallen below ``fall_ratio`` times its first level, explained variance
+stays at or below ``ev_max``, and the critic's error is large against what it fits:
+
+- with the callback's ``return_rms`` (the scale of the critic's targets): value loss at least
+  ``relative_floor`` times the mean squared return. A critic this far off is not lagging a
+  fast-improving policy (that is a few percent), it has not learnt the returns' scale;
+- from a plain log (no ``return_rms``): value loss at least ``relative_floor_episode`` times the
+  squared episode return (a lower bound on the targets' scale when rewards are not normalised),
+  or, for PPO-style logs (large batches, where explained variance is a reliable number),
+  explained variance pinned within ``ev_pinned`` of 0 on ``pinned_share`` of the window while
+  the returns do not rise. Explained variance is never used alone: it is ~0 in healthy runs
+  whose rollouts hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from stability import advice
 from stability.detectors._base import Detector, median, progress, returns_rose, window_size
 from stability.signals import History
 from stability.verdict import Finding
@@ -24,15 +31,18 @@ class StuckValueLoss(Detector):
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
         n = len(history)
-        if n < t["min_updates"] or not history.has("value_loss") or not history.has("explained_variance"):
+        if n < 3 or not history.has("value_loss") or not history.has("explained_variance"):
+            return None
+        if n < t["min_updates"] and not final:
             return None
         done = progress(history)
         if not final and (done is None or done < t["min_progress"]):
             return None
-        w = window_size(history, t)
+        w = window_size(history, t) if n >= 2 * t["min_window"] else max(1, n // 2)
         early = median(history.before("value_loss", w))
         late = median(history.values("value_loss", last=w))
-        ev = median(history.values("explained_variance", last=w))
+        evs = history.values("explained_variance", last=w)
+        ev = median(evs)
         evidence: dict[str, Any] = {"value_loss_first_window": early, "value_loss_last_window": late,
                                     "explained_variance_median": ev, "window_updates": w}
         if not (math.isfinite(early) and math.isfinite(late) and math.isfinite(ev)):
@@ -45,43 +55,47 @@ class StuckValueLoss(Detector):
             evidence["value_loss_over_return_sq"] = relative
             if relative < t["relative_floor"]:
                 return None
-        causes = _causes(history, t, evidence)
-        # A critic chasing returns that rise as the policy improves (small rollouts, growing
-        # episodes) lags without being stuck: a warning, unless its output is pinned (EV ~ 0 exactly).
-        lagging = returns_rose(history, w) and abs(ev) >= 1e-3
-        if lagging:
-            causes.insert(0, "the returns it fits are rising as the policy improves; the critic lags behind them")
+        else:
+            returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
+            episode = late / max(median(returns) ** 2, 1e-12) if returns else math.nan
+            pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
+            evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
+            big = math.isfinite(episode) and episode >= t["relative_floor_episode"]
+            flat_critic = (history.has("approx_kl") and pinned >= t["pinned_share"]
+                           and not returns_rose(history, w))
+            if not (big or flat_critic):
+                return None
+        causes, patches = _causes(history, t, evidence)
         return Finding(self.name, history.step_of(n - w),
                        f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
-                       evidence, _advice(causes), causes, certain=not lagging)
+                       evidence, advice.texts(patches), causes, patches=patches)
 
 
-def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> list[str]:
+def _causes(history: History, t: dict[str, Any],
+            evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     ctx, causes = history.context, []
+    patches: list[dict[str, Any] | None] = []
     decay = float(ctx.get("weight_decay", 0.0) or 0.0)
     if decay >= t["weight_decay"]:
         causes.append(f"weight decay {decay:g} pulls the critic's weights towards 0 every step")
+        patches.append(advice.make(ctx, "weight_decay", 0.0, "stop pulling the critic's weights to 0"))
     rms = history.values("return_rms")
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)
         causes.append(f"returns of scale {median(rms):.3g} reach the critic unnormalised")
+        patches.append(advice.make(ctx, "normalize", {"reward": True}, "bring the returns the critic fits near 1"))
+    vf = ctx.get("vf_coef")
+    if isinstance(vf, (int, float)) and vf < 0.05:
+        causes.append(f"vf_coef {vf:g}: the critic's loss barely reaches the gradient")
+        patches.append(advice.make(ctx, "vf_coef", 0.5, "train the critic"))
     ev = evidence.get("explained_variance_median")
     if ev is not None and abs(ev) < 1e-3:
         causes.append(f"the critic predicts a near-constant (explained variance {ev:.1e}): its weights are pinned "
-                      "(e.g. by weight decay) or its output is saturated")
+                      "or its output is saturated")
     head = ctx.get("value_head_weight_std")
     if head is not None and head > 0.5:
         causes.append(f"the value head starts large (weight std {head:.2g})")
-    return causes
-
-
-def _advice(causes: list[str]) -> list[str]:
-    text, advice = " ".join(causes), []
-    if "weight decay" in text or "pinned" in text:
-        advice.append("weight_decay: 0 (or <= 1e-4), optimizer: adam")
-    if "unnormalised" in text:
-        advice.append("normalize: {reward: true} or reward_scale to bring returns near 1")
-    if "value head" in text:
-        advice.append("init_gains: {value: 1.0}")
-    advice.append("check the critic's inputs and targets; lower learning_rate if the loss oscillates")
-    return advice
+        patches.append(advice.make(ctx, "init_gains", {"value": 1.0}, "start the value head at CleanRL's scale"))
+    if not patches and not ctx.get("norm_reward"):
+        patches.append(advice.make(ctx, "normalize", {"reward": True}, "returns near 1 are easier to fit"))
+    return causes, advice.collect(*patches)

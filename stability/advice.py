@@ -1,0 +1,71 @@
+"""Advice as data: knob patches computed from the run's own config, with readable text beside them.
+
+A patch is ``{"patch": {knob: value}, "why": text}``; knob names are rlsweep's (``learning_rate``,
+``max_grad_norm``, ``normalize``, ``weight_decay``, ``vf_coef``, ``ent_coef``, ``init_gains``,
+``log_std_bounds``, ``normalize_advantage``, ...). A patch that would set a value the run already
+has is never made; where the run's config is unknown (a plain TensorBoard log) the patch is made
+and its ``why`` says the current value was not seen. ``rlsweep repair`` applies them in order.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# context key the callback records for each knob a patch can set
+_CONTEXT = {"max_grad_norm": "max_grad_norm", "weight_decay": "weight_decay", "vf_coef": "vf_coef",
+            "ent_coef": "ent_coef", "normalize_advantage": "normalize_advantage", "learning_rate": "learning_rate"}
+
+
+def make(ctx: dict[str, Any], knob: str, value: Any, why: str) -> dict[str, Any] | None:
+    """One patch, or None when the run already has ``value``."""
+    if knob == "normalize":
+        if value.get("reward") and ctx.get("norm_reward"):
+            return None
+        return {"patch": {knob: value}, "why": why}
+    current = ctx.get(_CONTEXT.get(knob, knob))
+    if current is not None and _same(current, value):
+        return None
+    if current is None and knob in _CONTEXT:
+        why += f" (the run's {knob} was not recorded)"
+    return {"patch": {knob: value}, "why": why}
+
+
+def lower_lr(ctx: dict[str, Any], lr: float | None, factor: float, why: str) -> dict[str, Any] | None:
+    if lr is None or not math.isfinite(lr) or lr <= 0:
+        return None
+    return {"patch": {"learning_rate": float(f"{lr / factor:.3g}")}, "why": why + f" (from {lr:.3g})"}
+
+
+def clip_grads(ctx: dict[str, Any], why: str) -> dict[str, Any] | None:
+    current = ctx.get("max_grad_norm")
+    if current is not None and math.isfinite(float(current)) and float(current) <= 0.5:
+        return None
+    return make(ctx, "max_grad_norm", 0.5, why)
+
+
+def collect(*patches: dict[str, Any] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in patches:
+        if p is not None and p not in out:
+            out.append(p)
+    return out
+
+
+def texts(patches: list[dict[str, Any]]) -> list[str]:
+    """The readable form: ``knob: value — why``."""
+    return [", ".join(f"{k}: {_show(v)}" for k, v in p["patch"].items()) + f" — {p['why']}" for p in patches]
+
+
+def _same(current: Any, value: Any) -> bool:
+    try:
+        return math.isclose(float(current), float(value), rel_tol=1e-9, abs_tol=1e-12)
+    except (TypeError, ValueError):
+        return current == value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

@@ -1,0 +1,110 @@
+"""``entropy_collapse``: the policy became near-deterministic early, and its returns stall.
+
+Certain once ``min_progress`` of the budget is done (or at the end of a run of unknown budget) when:
+- the policy is near-deterministic over the last window: discrete policies' entropy below
+  ``entropy_fraction`` of the uniform policy's (known to the callback; from a plain log, the
+  first recorded entropy stands in, as an untrained policy is near uniform);
+  Gaussian policies' mean std (``std``) below ``std_max``, or, without ``std``, entropy fallen by
+  at least ``entropy_drop`` nats from its first value;
+- it got there in the first ``by_progress`` of the run and stayed there;
+- and the returns stall: the last window's median is not ``min_gain`` above the first few
+  returns (the untrained policy's), or it has fallen back by more than half of what the run
+  gained at its best. A policy that converged by learning (a solved task) is not entropy collapse.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stability import advice
+from stability.detectors._base import Detector, median, progress, window_size
+from stability.signals import History
+from stability.verdict import Finding
+
+
+class EntropyCollapse(Detector):
+    name = "entropy_collapse"
+
+    def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
+        n = len(history)
+        if n < t["min_updates"] or not history.has("entropy"):
+            return None
+        done = progress(history)
+        if not final and (done is None or done < t["min_progress"]):
+            return None
+        w = window_size(history, t)
+        continuous = history.context.get("continuous")
+        if continuous is None:
+            continuous = history.has("std")
+        collapsed = self._collapsed_from(history, t, continuous)
+        if collapsed is None:
+            return None
+        start, evidence = collapsed
+        if history.step_of(start) > t["by_progress"] * max(history.total_steps or history.last_step, 1):
+            return None
+        stall = _stalled(history, w, t)
+        if stall is None:
+            return None
+        evidence.update(stall)
+        evidence["window_updates"] = w
+        ctx = history.context
+        lr = history.values("learning_rate")
+        ent_coef = ctx.get("ent_coef")
+        causes = []
+        if isinstance(ent_coef, (int, float)) and ent_coef < 0:
+            causes.append(f"ent_coef {ent_coef:g} is negative: it rewards lower entropy")
+        kl = history.values("approx_kl")
+        if kl and median(kl[:max(3, n // 5)]) > 0.05:
+            causes.append(f"early updates were large (approx_kl median {median(kl[:max(3, n // 5)]):.3g})")
+        if continuous and history.has("std") and history.values("std")[0] < t["std_max"]:
+            causes.append("the Gaussian's std started near 0 (log_std_init or log_std_bounds keep it there)")
+        patches = advice.collect(
+            advice.make(ctx, "ent_coef", 0.01 if continuous is False else 0.0,
+                        "an entropy bonus keeps the policy exploring") if not (isinstance(ent_coef, (int, float))
+                                                                              and ent_coef >= 0.01) else None,
+            advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller steps commit to an action more slowly"),
+            advice.make(ctx, "log_std_bounds", [-5, 2], "let the Gaussian's std grow back") if continuous else None)
+        return Finding(self.name, history.step_of(start),
+                       "the policy became near-deterministic early and its returns stall", evidence,
+                       advice.texts(patches), causes, patches=patches)
+
+    def _collapsed_from(self, history: History, t: dict[str, Any], continuous: bool) -> tuple[int, dict] | None:
+        """Update index from which the policy has stayed near-deterministic, and the evidence."""
+        if continuous and history.has("std"):
+            indices, values = zip(*history.indexed("std"))
+            limit, name = t["std_max"], "std"
+            hold = [v < limit for v in values]
+        else:
+            indices, values = zip(*history.indexed("entropy"))
+            first = values[0]
+            if not math.isfinite(first):
+                return None
+            if continuous:
+                limit, name = first - t["entropy_drop"], "entropy"
+            else:  # an untrained policy is near uniform: its first entropy stands in for the maximum
+                top = history.context.get("entropy_max") or first
+                if top <= 0:
+                    return None
+                limit, name = t["entropy_fraction"] * top, "entropy"
+            hold = [math.isfinite(v) and v < limit for v in values]
+        if not hold[-1]:
+            return None
+        k = len(hold) - 1
+        while k > 0 and hold[k - 1]:
+            k -= 1
+        return indices[k], {f"{name}_first": values[0], f"{name}_last": values[-1], f"{name}_limit": limit}
+
+
+def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | None:
+    """Evidence that the returns stall, or None when they show learning (or are not logged)."""
+    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
+    if len(returns) < 4:
+        return None
+    first, late = median(returns[:3]), median(returns[-min(w, len(returns) // 2):])
+    k = max(3, min(w, len(returns) // 4))
+    best = max(median(returns[i:i + k]) for i in range(0, len(returns) - k + 1))
+    no_gain = late < first + t["min_gain"] * max(abs(first), 1e-8)
+    fell_back = best > first and late < best - 0.5 * (best - first)
+    if not (no_gain or fell_back):
+        return None
+    return {"return_first": first, "return_best": best, "return_last": late}
