@@ -175,3 +175,67 @@ def test_stop_on_in_a_sweep_prunes_with_the_verdict(tmp_path):
         assert history and max(m.step for m in history) < 4096  # stopped early: budget saved
     status = _rlsweep(tmp_path, "status", "doomed")
     assert status.returncode == 0 and "healthy 1, dead_policy_gradient 1" in status.stdout
+
+
+@pytest.mark.parametrize("algo, kwargs, expect", [
+    (PPO, {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "normalize_advantage": False}, "dead_policy_gradient"),
+    (A2C, {"n_steps": 5}, None),
+])
+def test_live_verdict_and_diagnose_of_the_same_log_agree(tmp_path, algo, kwargs, expect):
+    """The callback's verdict during training and `rlsweep diagnose` on the log that run wrote are
+    the same verdict: same records, same checks. (A plain SB3 log, without the callback's extra
+    signals, is a different input; the corpus benchmark scores that path on its own.)"""
+    from stable_baselines3.common.logger import configure
+
+    from stability.diagnose import history_from_scalars
+    from stability.readers import read_tensorboard
+    from stability.verdict import judge
+    from sweeps.wrappers import ScaleReward
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    if expect:  # vanishing advantages: rewards x 1e-7 and no advantage normalisation
+        env = ScaleReward(env, 1e-7)
+    model = algo("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [16]}, **kwargs)
+    model.set_logger(configure(str(tmp_path / "tb"), ["tensorboard"]))
+    cb = StabilityCallback()
+    model.learn(4096, callback=cb, log_interval=1)
+    model.logger.close()
+    offline = judge(history_from_scalars(read_tensorboard(tmp_path / "tb")))
+    assert offline.verdict == cb.verdict.verdict
+    assert abs(len(offline.findings) - len(cb.verdict.findings)) <= 1
+    if expect:
+        assert cb.verdict.verdict == expect
+    result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
+                            capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert json.loads(result.stdout)["verdict"] == cb.verdict.verdict
+
+
+def test_override_info_keys_are_configurable():
+    import gymnasium as gym
+
+    from sweeps.repro_envs import OverrideActions
+
+    env = make_vec_env(lambda: OverrideActions(gym.make("CartPole-v1"), prob=1.0, key="safety_stop"), n_envs=1, seed=0)
+    model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=1,
+                policy_kwargs={"net_arch": [8]})
+    default, custom = StabilityCallback(), StabilityCallback(override_keys=["safety_stop"])
+    model.learn(128, callback=[default, custom])
+    assert custom.history.values("override_fraction")[0] == 1.0
+    assert default.history.values("override_fraction")[0] == 0.0
+
+
+def test_optimizer_class_by_name_builds_the_model(write_spec, cli):
+    """A spec that validates builds its model: policy_kwargs.optimizer_class given as a name."""
+    from sweeps import algos, knobs
+
+    built = knobs.build(PPO, "MlpPolicy", {"policy_kwargs": {"optimizer_class": "SGD",
+                                                             "optimizer_kwargs": {"momentum": 0.9}}})
+    model = PPO(built.policy, "CartPole-v1", device="cpu", **built.algo_kwargs)
+    assert type(model.policy.optimizer).__name__ == "SGD"
+    assert model.policy.optimizer.param_groups[0]["momentum"] == 0.9
+    built = knobs.build(PPO, "MlpPolicy", {"optimizer": "sgd", "learning_rate": 0.1})
+    assert type(PPO(built.policy, "CartPole-v1", device="cpu", **built.algo_kwargs).policy.optimizer).__name__ == "SGD"
+    spec = write_spec(tiny_spec(hyperparams={"policy_kwargs": {"optimizer_class": "Sgdd"}}))
+    result = cli("validate", str(spec))
+    assert result.returncode == 2 and "optimizer_class" in result.stdout + result.stderr
+    assert algos.class_name_problem("optimizer_class", "SGD") is None
