@@ -263,9 +263,12 @@ class StabilityCallback(BaseCallback):
                 self._next_check = n + max(self.check_every, n // 20)
             self.verdict = self._judge.check(self.history)
             self._note_certain()
-            if self.verdict.certain and self.verdict.verdict in self.stop_on:
+            # stop_on decides whether to stop, never what the verdict is: any certain finding of a
+            # listed class stops the run; the verdict stays the highest-ranked certain finding
+            doomed = [f.kind for f in self.verdict.findings if f.certain and f.kind in self.stop_on]
+            if doomed and not self._stop:
                 self._stop = True
-                self.stopped_by = self.verdict.verdict
+                self.stopped_by = doomed[0]
         if self.on_update is not None:
             self.on_update(self._update_step, signals, self.verdict)
 

@@ -223,7 +223,9 @@ class Driver:
         texts = {"stability/verdict.json": json.dumps(verdict, indent=2)}
         metrics = {"time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
         if result.get("stopped_by"):
-            active.unstable[seed] = result["stopped_by"]
+            # the seed's verdict names the failure; stopped_by only says which stop_on class ended it
+            active.unstable[seed] = verdict["verdict"] if verdict.get("verdict", "healthy") != "healthy" \
+                else result["stopped_by"]
             tags |= {"rlsweep.outcome": "unstable", "stability.stopped_by": result["stopped_by"]}
             crash = next((f["evidence"]["error"] for f in verdict.get("findings", []) if "error" in f["evidence"]), None)
             if crash:  # the crash that ended it (torch's "Expected parameter ..."): diagnose reads it back
@@ -323,7 +325,7 @@ class Driver:
 def stability_settings(spec: SweepSpec) -> dict[str, Any]:
     """What a worker's StabilityCallback needs: plain data, thresholds resolved."""
     return {"enabled": spec.stability.enabled, "stop_on": list(spec.stability.stop_on),
-            "thresholds": spec.stability_thresholds()}
+            "thresholds": spec.stability_thresholds(), "override_keys": spec.stability.override_keys}
 
 
 def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: list[int],

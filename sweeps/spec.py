@@ -71,6 +71,8 @@ class StabilitySpec(_Model):
     stop_on: list[str] = []
     stop_siblings: bool = True
     thresholds: str | None = None   # a YAML file overriding conf/stability.yaml's defaults
+    # info keys by which the env says it replaced the agent's action (None: the built-in list)
+    override_keys: list[str] | None = None
 
 
 class ResourcesSpec(_Model):

@@ -123,7 +123,9 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any
     settings = config.stability
     thresholds = Thresholds(settings.get("thresholds") or {}, source="spec stability.thresholds")
     stop_on = settings.get("stop_on", ()) if settings.get("enabled", True) else ()
-    return StabilityCallback(thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm)
+    keys = settings.get("override_keys")
+    return StabilityCallback(thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm,
+                             **({"override_keys": keys} if keys else {}))
 
 
 def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float, device: str) -> TrialResult:

@@ -42,6 +42,7 @@ GOOD = [
         "type": "choice", "values": [{"learning_rate": 1e-3, "policy_kwargs": {"net_arch": [8]}},
                                      {"learning_rate": "lin_3e-4", "max_grad_norm": "off", "clip_range": "lin_0.2"}]}})),
     ("stability section", tiny_spec(stability={"stop_on": ["nan_scale", "dead_policy_gradient"]})),
+    ("override keys", tiny_spec(stability={"override_keys": ["safety_stop", "intervened"]})),
     ("A2C", tiny_spec(algo="A2C", hyperparams={"n_steps": 8})),
     ("RecurrentPPO", tiny_spec(algo="RecurrentPPO", policy="MlpLstmPolicy")),
     ("entry point env with kwargs", tiny_spec(env={"id": "tests.helpers:faulty_cartpole",

@@ -239,3 +239,19 @@ def test_optimizer_class_by_name_builds_the_model(write_spec, cli):
     result = cli("validate", str(spec))
     assert result.returncode == 2 and "optimizer_class" in result.stdout + result.stderr
     assert algos.class_name_problem("optimizer_class", "SGD") is None
+
+
+def test_spec_override_keys_reach_the_callback():
+    import tempfile
+
+    from sweeps.driver import stability_settings
+    from sweeps.spec import load as load_spec
+    from sweeps.trial import _stability_callback
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "s.yaml"
+        path.write_text(yaml.safe_dump(tiny_spec(stability={"override_keys": ["safety_stop"]})))
+        spec = load_spec(path)
+    settings = stability_settings(spec)
+    config = type("C", (), {"stability": settings})()
+    assert _stability_callback(config, None).override_keys == ("safety_stop",)
