@@ -37,7 +37,7 @@ from stability.verdict import Judge, Verdict
 OVERRIDE_KEYS = ("action_overridden", "overridden", "intervened", "intervention", "forced", "is_overridden")
 
 # Signals the callback computes itself (everything else comes from ``train/*``).
-OWN = ("ep_return", "log_std_min", "log_std_max", "loc_abs_max", "params_finite", "adv_std", "return_std", "return_rms",
+OWN = ("ep_return", "ep_length", "log_std_min", "log_std_max", "loc_abs_max", "params_finite", "adv_std", "return_std", "return_rms",
        "reward_mean", "reward_std", "reward_norm_std", "reward_distinct", "override_fraction")
 
 
@@ -244,6 +244,7 @@ class StabilityCallback(BaseCallback):
         episodes = getattr(self.model, "ep_info_buffer", None)
         if episodes:  # what SB3 logs as rollout/ep_rew_mean, but for this very update
             signals["ep_return"] = float(np.mean([e["r"] for e in episodes]))
+            signals["ep_length"] = float(np.mean([e["l"] for e in episodes]))
         probe = len(self.history) % self.PROBE_EVERY == 0 or not all(math.isfinite(v) for v in signals.values())
         signals.update(_policy_signals(self.model.policy, check_params=probe))
         if probe and self._on_policy and self._probe_obs is not None:

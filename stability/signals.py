@@ -26,6 +26,7 @@ Canonical signals (per update unless noted):
 ``reward_distinct``         number of distinct raw reward values in the rollout
 ``override_fraction``       fraction of steps whose ``info`` says the env overrode the action
 ``ep_return``               mean episodic return reported by the run
+``ep_length``               mean episode length reported by the run
 ``learning_rate``           current learning rate
 ==========================  ===============================================================
 """
@@ -44,7 +45,7 @@ CANONICAL = (
     "log_std_min", "log_std_max", "loc_abs_max", "grad_norm", "grad_norm_max", "grad_norm_actor", "grad_norm_critic",
     "grad_norm_log_std", "grad_norm_shared", "grad_clipped_fraction", "params_finite", "loss",
     "adv_std", "return_std", "return_rms", "reward_mean", "reward_std", "reward_norm_std", "reward_distinct",
-    "override_fraction", "ep_return", "learning_rate", "clip_range",
+    "override_fraction", "ep_return", "ep_length", "learning_rate", "clip_range",
 )
 
 # stable-baselines3 / sb3-contrib logger keys -> (canonical name, sign)
@@ -70,6 +71,7 @@ SB3_KEYS: dict[str, tuple[str, float]] = {
     "train/grad_norm_shared": ("grad_norm_shared", 1.0),
     "train/grad_clipped_fraction": ("grad_clipped_fraction", 1.0),
     "rollout/ep_rew_mean": ("ep_return", 1.0),
+    "rollout/ep_len_mean": ("ep_length", 1.0),
 }
 
 # CleanRL's PPO scripts (SummaryWriter tags) -> (canonical name, sign)
@@ -82,6 +84,7 @@ CLEANRL_KEYS: dict[str, tuple[str, float]] = {
     "losses/explained_variance": ("explained_variance", 1.0),
     "losses/grad_norm": ("grad_norm", 1.0),
     "charts/episodic_return": ("ep_return", 1.0),
+    "charts/episodic_length": ("ep_length", 1.0),
     "charts/learning_rate": ("learning_rate", 1.0),
 }
 
@@ -184,8 +187,8 @@ class History:
             name, sign = known
             for step, value in points:
                 value = sign * float(value) if math.isfinite(value) else float(value)
-                if name == "ep_return":
-                    episodic.append((int(step), value))
+                if name in ("ep_return", "ep_length"):
+                    episodic.append((int(step), value, name))
                     continue
                 slot = by_step.setdefault(int(step), {})
                 if name not in slot or key.startswith(PREFIX):  # the callback's own value wins
@@ -193,18 +196,20 @@ class History:
         history = cls(context=dict(context or {}), error=error)
         steps = sorted(by_step)
         if not steps:  # only returns were logged: one update per logged return
-            steps = sorted({s for s, _ in episodic})
+            steps = sorted({s for s, _, name in episodic if name == "ep_return"})
             by_step = {s: {} for s in steps}
         # Episodic returns are logged when episodes end, not per update: each joins the first
         # update at or after its step (the mean if several), so updates are counted right.
-        returns: dict[int, list[float]] = {}
-        for step, value in episodic:
-            at = steps[min(bisect.bisect_left(steps, step), len(steps) - 1)]
-            returns.setdefault(at, []).append(value)
+        episodes: dict[tuple[int, str], list[float]] = {}
+        for step, value, name in episodic:
+            if steps:
+                at = steps[min(bisect.bisect_left(steps, step), len(steps) - 1)]
+                episodes.setdefault((at, name), []).append(value)
         for step in steps:
             values = by_step[step]
-            if step in returns:
-                values["ep_return"] = sum(returns[step]) / len(returns[step])
+            for name in ("ep_return", "ep_length"):
+                if (step, name) in episodes:
+                    values[name] = sum(episodes[(step, name)]) / len(episodes[(step, name)])
             history.add(step, values)
         return history
 
@@ -245,7 +250,7 @@ def _merge(name: str, values: list[float]) -> float:
         return max(values, key=lambda v: v if math.isfinite(v) else math.inf)
     if name.endswith("_min") or name == "params_finite":
         return min(values, key=lambda v: v if math.isfinite(v) else -math.inf)
-    if name == "ep_return":
+    if name in ("ep_return", "ep_length"):
         return values[-1]
     if not all(math.isfinite(v) for v in values):
         return next(v for v in values if not math.isfinite(v))

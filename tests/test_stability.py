@@ -140,7 +140,7 @@ def test_dead_names_overrides_and_constant_rewards():
 def test_flat_value_loss_with_zero_ev_is_stuck_and_names_weight_decay():
     n = 40
     h = ppo_history(n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n,
-                    return_rms=[20.0] * n)
+                    return_rms=[10.0] * n)
     h.context["weight_decay"] = 0.1
     verdict = classify(h)
     assert verdict.verdict == "stuck_value_loss"
@@ -158,7 +158,7 @@ def test_ev_alone_never_decides():
 
 def test_stuck_waits_for_half_the_budget():
     n = 40
-    h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[20.0] * n)
+    h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[10.0] * n)
     h.total_steps = 100 * n * 4  # a quarter done
     assert classify(h).verdict == "healthy"
     assert classify(h, final=True).verdict == "stuck_value_loss"
@@ -187,7 +187,7 @@ def test_constant_reward_without_return_spread_is_degenerate_but_cartpole_is_not
 def test_priority_nan_over_stuck():
     n = 40
     h = ppo_history(n, value_loss=[50.0] * (n - 1) + [math.inf], explained_variance=[0.0] * n,
-                    return_rms=[20.0] * n)
+                    return_rms=[10.0] * n)
     verdict = classify(h, final=True)
     assert verdict.verdict == "nan_scale"
     assert {f.kind for f in verdict.findings} >= {"nan_scale", "stuck_value_loss"}

@@ -21,8 +21,10 @@ class DegenerateReward(Detector):
     name = "degenerate_reward"
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
-        if not history.has("reward_std") or not history.has("ep_return"):
+        if not history.has("ep_return"):
             return None  # without episode returns a constant reward proves nothing (CartPole)
+        if not history.has("reward_std"):
+            return self._from_returns(history, t)
         eps = t["spread_eps"]
         flat = streak_start(history, "reward_std", lambda v: v <= eps)
         if flat is None or len(history) - flat < t["min_updates"]:
@@ -43,3 +45,24 @@ class DegenerateReward(Detector):
                         "shorten constant-reward phases or give them a shaped reward"],
                        [] if from_start else ["rewards varied in earlier rollouts: the policy stopped reaching them"],
                        certain=from_start)
+
+    def _from_returns(self, history: History, t: dict[str, Any]) -> Finding | None:
+        """A plain log has no reward statistics: every episode of the run, from the first logged
+        on, returned the same total. (A solved task's constant return came after varying ones.)"""
+        returns = history.values("ep_return")
+        if len(returns) < t["min_updates"]:
+            return None
+        if max(returns) - min(returns) > t["spread_eps"] * max(1.0, abs(returns[0])):
+            return None
+        # A frozen policy in a deterministic env returns the same total too: then the frozen
+        # policy is the finding, and this one only a warning.
+        kl = [v for v in history.values("approx_kl") if v == v]
+        entropy = [v for v in history.values("entropy") if v == v]
+        frozen = (bool(kl) and sorted(kl)[len(kl) // 2] < 1e-4) or (
+            not kl and len(entropy) > 1 and max(entropy) - min(entropy) <= 0.01 * max(abs(entropy[0]), 1e-8))
+        return Finding(self.name, history.step_of(0),
+                       f"every episode of the run returned the same total ({returns[0]:.4g})",
+                       {"ep_return": returns[0], "updates": len(history)},
+                       ["check the env's reward function and any stage/curriculum that pays a constant",
+                        "give the agent a reward it can change (shaping), or a start state that can reach it"],
+                       certain=not frozen)

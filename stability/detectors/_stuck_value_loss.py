@@ -9,7 +9,8 @@ stays at or below ``ev_max``, and the critic's error is large against what it fi
   ``relative_floor`` times the mean squared return. A critic this far off is not lagging a
   fast-improving policy (that is a few percent), it has not learnt the returns' scale;
 - from a plain log (no ``return_rms``): value loss at least ``relative_floor_episode`` times the
-  squared episode return (a lower bound on the targets' scale when rewards are not normalised),
+  square of the discounted return estimated from the episodes' return and length (a lower bound
+  on the targets' scale when rewards reached the critic normalised),
   or, for PPO-style logs (large batches, where explained variance is a reliable number),
   explained variance pinned within ``ev_pinned`` of 0 on ``pinned_share`` of the window while
   the returns do not rise. Explained variance is never used alone: it is ~0 in healthy runs
@@ -56,8 +57,8 @@ class StuckValueLoss(Detector):
             if relative < t["relative_floor"]:
                 return None
         else:
-            returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
-            episode = late / max(median(returns) ** 2, 1e-12) if returns else math.nan
+            scale = _discounted_scale(history, w)
+            episode = late / max(scale ** 2, 1e-12) if math.isfinite(scale) else math.nan
             pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
             evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
             big = math.isfinite(episode) and episode >= t["relative_floor_episode"]
@@ -69,6 +70,21 @@ class StuckValueLoss(Detector):
         return Finding(self.name, history.step_of(n - w),
                        f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
                        evidence, advice.texts(patches), causes, patches=patches)
+
+
+def _discounted_scale(history: History, w: int) -> float:
+    """The size of the critic's targets estimated from a plain log: the mean reward per step
+    (episode return / length) summed over the episode with the discount (gamma from the run's
+    context, else 0.99). A lower bound when rewards reached the critic normalised."""
+    returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
+    if not returns:
+        return math.nan
+    total = median(returns)
+    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
+    if not lengths:
+        return abs(total)
+    length, gamma = median(lengths), float(history.context.get("gamma", 0.99))
+    return abs(total / length) * (1 - gamma ** length) / (1 - gamma) if gamma < 1 else abs(total)
 
 
 def _causes(history: History, t: dict[str, Any],

@@ -31,13 +31,14 @@ GRID: dict[tuple[str, str], list[Any]] = {
     ("stuck_value_loss", "pinned_share"): [0.4, 0.5, 0.6, 0.8],
     ("stuck_value_loss", "ev_pinned"): [1e-3, 3e-3, 1e-2],
     ("stuck_value_loss", "fall_ratio"): [0.6, 0.7, 0.8, 0.9],
+    ("stuck_value_loss", "ev_max"): [0.05, 0.1, 0.2, 0.3],
     ("entropy_collapse", "min_gain"): [0.0, 0.05, 0.1, 0.2, 0.3],
     ("entropy_collapse", "entropy_fraction"): [0.05, 0.1, 0.2],
     ("entropy_collapse", "std_max"): [0.02, 0.05, 0.1],
     ("dead_policy_gradient", "kl_max"): [3e-5, 1e-4, 3e-4, 1e-3],
     ("dead_policy_gradient", "min_progress"): [0.3, 0.5, 0.7],
     ("dead_policy_gradient", "min_updates"): [6, 10, 20],
-    ("exploding_updates", "kl_max"): [1.0, 3.0, 10.0],
+    ("exploding_updates", "kl_max"): [1.0, 3.0, 10.0, 30.0],
     ("exploding_updates", "grad_ratio"): [100.0, 300.0, 1000.0, 3000.0],
     ("exploding_updates", "min_hits"): [2, 3, 5],
     ("nan_scale", "log_std_high"): [20.0, 30.0, 44.0],
@@ -88,9 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def fit(data: list[tuple[str, Any]], grid: dict[tuple[str, str], list[Any]] | None = None, rounds: int = 2,
         log: bool = False) -> dict[str, dict[str, Any]]:
@@ -140,3 +138,7 @@ def leave_one_mechanism_out(root: Path) -> dict[str, dict[str, Any]]:
         out[mech] = {"runs": len(scored), "recall": sum(hits) / len(hits), "cases": sorted(mech_cases)}
         print(f"  {mech}: recall {out[mech]['recall']:.2f} over {len(scored)} runs x paths", flush=True)
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
