@@ -21,6 +21,8 @@ def make(ctx: dict[str, Any], knob: str, value: Any, why: str) -> dict[str, Any]
     if knob == "normalize":
         if value.get("reward") and ctx.get("norm_reward"):
             return None
+        if "norm_reward" not in ctx:
+            why += " (whether the run normalised rewards was not recorded)"
         return {"patch": {knob: value}, "why": why}
     current = ctx.get(_CONTEXT.get(knob, knob))
     if current is not None and _same(current, value):

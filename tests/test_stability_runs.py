@@ -255,3 +255,21 @@ def test_spec_override_keys_reach_the_callback():
     settings = stability_settings(spec)
     config = type("C", (), {"stability": settings})()
     assert _stability_callback(config, None).override_keys == ("safety_stop",)
+
+
+def test_quickstart_gives_no_failure_verdict_to_seeds_that_learn(tmp_path):
+    """The quickstart's first two configs (gamma 0.999 with 64-step rollouts among them, the kind
+    once flagged stuck_value_loss while learning as well as the best): every seed that learns is
+    healthy."""
+    from tests.helpers import split_runs, stores
+
+    spec = yaml.safe_load((REPO / "conf" / "sweeps" / "quickstart.yaml").read_text()) | {"trials": 2}
+    (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(spec))
+    result = rlsweep(tmp_path, "run", "quickstart.yaml", "--workers", "2")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    client, experiment, _ = stores(tmp_path, "quickstart")
+    _, seeds = split_runs(client, experiment.experiment_id)
+    assert len(seeds) == 4
+    learnt = [s for s in seeds if s.data.metrics.get("eval/mean_return", 0.0) >= 150.0]  # random: ~20
+    assert learnt, "no seed learnt: the check below would prove nothing"
+    assert {s.data.tags["stability.verdict"] for s in learnt} == {"healthy"}

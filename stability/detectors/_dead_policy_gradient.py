@@ -163,4 +163,7 @@ def _env_advice(causes: list[str]) -> list[str]:
         out.append("train only in phases where the agent's actions are applied (env.kwargs / curriculum)")
     if any("constant" in c for c in causes):
         out.append("give the constant phases a shaped reward, or shorten them")
+    if not causes:
+        out.append("no cause among the signals: look for weight decay on the actor, a saturated action head, "
+                   "or an actor learning rate that differs from the logged one")
     return out
