@@ -113,9 +113,9 @@ def fit(data: list[tuple[str, Any]], grid: dict[tuple[str, str], list[Any]] | No
 
 
 def leave_one_mechanism_out(root: Path) -> dict[str, dict[str, Any]]:
-    """Per failure mechanism: recalibrate on the calibration half without any of its cases, then
-    score its runs (both halves, both paths) with those thresholds. Its recall there is what a new
-    mechanism of the same class would get."""
+    """Per failure mechanism (as the cases were built): recalibrate on the calibration half without
+    any of its cases, then score its runs labelled as failures (both halves, both paths) with those
+    thresholds. Its recall there is what a mechanism never seen in calibration gets."""
     runs = score.load_runs(root)
     refs = score.references(runs)
     cases = {c["id"]: c for c in load_cases()}
@@ -126,14 +126,16 @@ def leave_one_mechanism_out(root: Path) -> dict[str, dict[str, Any]]:
             continue
         for path, history in (("sweep", score.sweep_history(run)), ("diagnose", score.plain_log_history(run))):
             if history is not None and len(history):
-                items.append({"truth": truth, "mechanism": f"{truth}/{run['mechanism']}", "path": path,
+                items.append({"truth": truth, "mechanism": f"{run['class']}/{run['mechanism']}", "path": path,
                               "case": run["case"], "split": cases[run["case"]]["split"], "history": history})
     out = {}
-    for mech in sorted({i["mechanism"] for i in items if i["truth"] != "healthy"}):
+    for mech in sorted({i["mechanism"] for i in items if not i["mechanism"].startswith("healthy/")}):
         mech_cases = {i["case"] for i in items if i["mechanism"] == mech}
         train = [(i["truth"], i["history"]) for i in items if i["split"] == "calib" and i["case"] not in mech_cases]
         thresholds = Thresholds(fit(train, rounds=1))
-        scored = [i for i in items if i["mechanism"] == mech]
+        scored = [i for i in items if i["mechanism"] == mech and i["truth"] != "healthy"]
+        if not scored:  # every run of the mechanism was labelled healthy: nothing to recall
+            continue
         hits = [judge(i["history"], thresholds).verdict == i["truth"] for i in scored]
         out[mech] = {"runs": len(scored), "recall": sum(hits) / len(hits), "cases": sorted(mech_cases)}
         print(f"  {mech}: recall {out[mech]['recall']:.2f} over {len(scored)} runs x paths", flush=True)

@@ -106,7 +106,7 @@ class SB3Probe:
 
     def snapshot(self, step: int) -> measure.Snapshot:
         import torch as th
-        from torch.distributions import Categorical, Normal
+        from torch.distributions import Categorical
 
         policy = self.model.policy
         params = [p.detach().double() for p in policy.parameters()]
@@ -182,6 +182,7 @@ def _label_callback(probe: SB3Probe, budget: int, record: dict[str, Any]) -> Any
     from stable_baselines3.common.callbacks import BaseCallback
 
     marks = [int(budget * (k + 1) / SNAPSHOTS) for k in range(SNAPSHOTS)]
+    marks_half = marks[SNAPSHOTS // 2 - 1]
 
     class Labeller(BaseCallback):
         def _on_training_start(self) -> None:
@@ -196,7 +197,6 @@ def _label_callback(probe: SB3Probe, budget: int, record: dict[str, Any]) -> Any
                     record["rollouts"]["half"] = _safe_rollout(probe)
             return True
 
-    marks_half = marks[SNAPSHOTS // 2 - 1]
     return Labeller()
 
 

@@ -113,13 +113,14 @@ def references(runs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def score(runs: list[dict[str, Any]], thresholds: Thresholds, split: str) -> dict[str, Any]:
+def score(runs: list[dict[str, Any]], thresholds: Thresholds, split: str,
+          exclude_envs: tuple[str, ...] = ()) -> dict[str, Any]:
     cases = {c["id"]: c for c in load_cases()}
     refs = references(runs)
     rows = []
     for run in runs:
         case = cases.get(run["case"])
-        if case is None or (split != "all" and case["split"] != split):
+        if case is None or (split != "all" and case["split"] != split) or run["env"] in exclude_envs:
             continue
         truth = labels.label(run, refs.get(run["env"]))
         row = {"case": run["case"], "seed": run["seed"], "mechanism": run["mechanism"], "intended": run["class"],
@@ -183,9 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thresholds", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--rows", action="store_true", help="print every run")
+    parser.add_argument("--exclude-env", nargs="*", default=[], help="corpus env names to leave out")
     args = parser.parse_args(argv)
     thresholds = Thresholds.load(args.thresholds) if args.thresholds else Thresholds()
-    result = score(load_runs(Path(args.runs)), thresholds, args.split)
+    result = score(load_runs(Path(args.runs)), thresholds, args.split, tuple(args.exclude_env))
     if args.rows:
         for r in result["rows"]:
             mark = "" if r.get("sweep", r["label"]) == r["label"] and r.get("diagnose") == r["label"] else "  <-- "
