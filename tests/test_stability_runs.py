@@ -207,7 +207,12 @@ def test_live_verdict_and_diagnose_of_the_same_log_agree(tmp_path, algo, kwargs,
         assert cb.verdict.verdict == expect
     result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
                             capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
-    assert json.loads(result.stdout)["verdict"] == cb.verdict.verdict
+    report = json.loads(result.stdout)
+    assert report["verdict"] == cb.verdict.verdict
+    assert all("patches" in f for f in report["findings"])
+    if expect:  # the live verdict's patches come from the run's config: advantages are not normalised
+        dead = next(f for f in cb.verdict.findings if f.kind == expect)
+        assert {"normalize_advantage": True} in [p["patch"] for p in dead.patches]
 
 
 def test_override_info_keys_are_configurable():

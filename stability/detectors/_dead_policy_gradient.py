@@ -134,6 +134,9 @@ def _causes(history: History, w: int, t: dict[str, Any],
         if median(adv) < 1e-3:
             causes.append(f"advantages have almost no spread (std {median(adv):.3g})")
             patches.append(advice.make(ctx, "normalize_advantage", True, "rescale tiny advantages to unit spread"))
+        elif ctx.get("normalize_advantage") is False and median(adv) < 0.1:
+            causes.append(f"advantages of spread {median(adv):.3g} reach the policy loss unnormalised")
+            patches.append(advice.make(ctx, "normalize_advantage", True, "rescale small advantages to unit spread"))
     share = evidence.get("actor_grad_share")
     actor, total = history.values("grad_norm_actor", last=w), history.values("grad_norm", last=w)
     if share is None and actor and total:
