@@ -81,6 +81,7 @@ class StabilityCallback(BaseCallback):
         self.want_grad_norms = grad_norms
         self.max_grad_norm = max_grad_norm
         self.override_keys = tuple(override_keys)
+        self._override_set = frozenset(self.override_keys)
         self.history = History()
         self.verdict = Verdict.empty()
         self._judge = Judge(self.thresholds)
@@ -144,8 +145,9 @@ class StabilityCallback(BaseCallback):
                 self._raw.append(np.array(seen, dtype=np.float64))
         infos = self.locals.get("infos") or ()
         self._override_total += len(infos)
+        keys = self._override_set
         for info in infos:
-            if any(info.get(key) for key in self.override_keys):
+            if info and not keys.isdisjoint(info) and any(info.get(key) for key in keys):
                 self._overrides += 1
         return not self._stop
 
