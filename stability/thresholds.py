@@ -50,6 +50,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stuck_value_loss": {
         "enabled": True,
         "min_updates": 20,
+        "min_certain_updates": 10,
         "min_window": 5,
         "window_fraction": 0.25,
         "min_progress": 0.5,

@@ -1,7 +1,9 @@
 """``stuck_value_loss``: the critic is not learning.
 
 Judged after ``min_progress`` of the budget (or at the end of a run of unknown budget), on the
-first and last windows of updates (smaller windows for short runs, which the verdict notes):
+first and last windows of updates (smaller windows for a run of fewer than ``min_updates``); a
+run of fewer than ``min_certain_updates`` gets at most a warning (its critic may only need more
+updates):
 the value loss has not fallen below ``fall_ratio`` times its first level, explained variance
 stays at or below ``ev_max``, and the critic's error is large against what it fits:
 
@@ -67,9 +69,14 @@ class StuckValueLoss(Detector):
             if not (big or flat_critic):
                 return None
         causes, patches = _causes(history, t, evidence)
+        # Fewer than min_certain_updates updates: a critic that has not fit yet may only need more
+        # of them (a smoke-test budget); said as a warning, never a stop.
+        short = n < t["min_certain_updates"]
+        if short:
+            causes.insert(0, f"only {n} updates: the critic may not have had the time to fit")
         return Finding(self.name, history.step_of(n - w),
                        f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
-                       evidence, advice.texts(patches), causes, patches=patches)
+                       evidence, advice.texts(patches), causes, certain=not short, patches=patches)
 
 
 def _discounted_scale(history: History, w: int) -> float:
