@@ -51,6 +51,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "enabled": True,
         "min_updates": 20,
         "min_certain_updates": 10,
+        "min_certain_steps": 5000,
         "min_window": 5,
         "window_fraction": 0.25,
         "min_progress": 0.5,

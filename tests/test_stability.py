@@ -23,13 +23,13 @@ TORCH_SCALE_ERROR = (
 
 def ppo_history(n: int = 40, kl: float = 5e-3, clip: float = 0.1, **extra: list) -> History:
     """A PPO-like history; ``extra`` gives whole series (length n) to add or replace."""
-    h = H(total_steps=n * 100)
+    h = H(total_steps=n * 1000)
     for i in range(n):
         values = {"approx_kl": kl, "clip_fraction": clip, "entropy": 0.6 - 0.005 * i + 0.01 * math.sin(i),
                   "value_loss": 10.0 / (1 + i), "explained_variance": 0.8, "learning_rate": 3e-4,
                   "pg_loss": -0.01, "ep_return": 20.0 + i}
         values |= {k: v[i] for k, v in extra.items()}
-        h.add(100 * (i + 1), values)
+        h.add(1000 * (i + 1), values)
     return h
 
 
@@ -77,17 +77,17 @@ def test_torch_scale_error_is_nan_scale_not_a_crash():
 def test_non_finite_loss_gives_onset_at_its_update():
     losses = [1.0] * 12 + [math.nan] * 3
     verdict = classify(ppo_history(15, value_loss=losses))
-    assert verdict.verdict == "nan_scale" and verdict.onset_step == 1300
+    assert verdict.verdict == "nan_scale" and verdict.onset_step == 13000
 
 
 def test_log_std_warns_then_is_certain():
-    rising = [0.5 * i for i in range(40)]  # crosses 7 at update 15 (step 1600), never reaches 44
+    rising = [0.5 * i for i in range(40)]  # crosses 7 at update 15 (step 16000), never reaches 44
     verdict = classify(ppo_history(40, log_std_max=rising, log_std_min=[0.0] * 40))
     assert verdict.verdict == "healthy"
-    assert [(f.kind, f.certain, f.onset_step) for f in verdict.warnings] == [("nan_scale", False, 1600)]
+    assert [(f.kind, f.certain, f.onset_step) for f in verdict.warnings] == [("nan_scale", False, 16000)]
     verdict = classify(ppo_history(40, log_std_max=[1.5 * i for i in range(40)], log_std_min=[0.0] * 40))
     assert verdict.verdict == "nan_scale" and verdict.findings[0].certain
-    assert verdict.onset_step == 600  # from the warning, not from crossing 44
+    assert verdict.onset_step == 6000  # from the warning, not from crossing 44
 
 
 # --- dead_policy_gradient -------------------------------------------------------------------
@@ -159,7 +159,7 @@ def test_ev_alone_never_decides():
 def test_stuck_waits_for_half_the_budget():
     n = 40
     h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[10.0] * n)
-    h.total_steps = 100 * n * 4  # a quarter done
+    h.total_steps = 1000 * n * 4  # a quarter done
     assert classify(h).verdict == "healthy"
     assert classify(h, final=True).verdict == "stuck_value_loss"
 
@@ -171,7 +171,7 @@ def test_gradient_explosion_certain_after_three_hits():
     assert (finding.kind, finding.certain) == ("exploding_updates", False)
     grads = [1.0] * 30 + [5e3] * 3 + [1.0] * 7
     verdict = classify(ppo_history(40, grad_norm=grads))
-    assert verdict.verdict == "exploding_updates" and verdict.onset_step == 3100
+    assert verdict.verdict == "exploding_updates" and verdict.onset_step == 31000
 
 
 def test_constant_reward_without_return_spread_is_degenerate_but_cartpole_is_not():

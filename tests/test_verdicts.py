@@ -47,7 +47,7 @@ def test_short_runs_are_judged_and_say_so():
     # may only need more updates), so a smoke-test sweep's configs are not thrown away
     finding = verdict.findings[0]
     assert (finding.kind, finding.certain, verdict.verdict) == ("stuck_value_loss", False, "healthy")
-    assert "only 3 updates" in finding.causes[0]
+    assert "only 3 updates over 24576 steps" in finding.causes[0]
 
 
 def test_a_critic_lagging_rising_returns_is_not_stuck():

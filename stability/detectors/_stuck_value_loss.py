@@ -2,8 +2,8 @@
 
 Judged after ``min_progress`` of the budget (or at the end of a run of unknown budget), on the
 first and last windows of updates (smaller windows for a run of fewer than ``min_updates``); a
-run of fewer than ``min_certain_updates`` gets at most a warning (its critic may only need more
-updates):
+run of fewer than ``min_certain_updates`` updates or ``min_certain_steps`` env steps gets at most
+a warning (its critic may only need more updates):
 the value loss has not fallen below ``fall_ratio`` times its first level, explained variance
 stays at or below ``ev_max``, and the critic's error is large against what it fits:
 
@@ -69,11 +69,12 @@ class StuckValueLoss(Detector):
             if not (big or flat_critic):
                 return None
         causes, patches = _causes(history, t, evidence)
-        # Fewer than min_certain_updates updates: a critic that has not fit yet may only need more
-        # of them (a smoke-test budget); said as a warning, never a stop.
-        short = n < t["min_certain_updates"]
+        # Fewer than min_certain_updates updates or min_certain_steps env steps: a critic that has
+        # not fit yet may only need more of them (a smoke-test budget); a warning, never a stop.
+        short = n < t["min_certain_updates"] or history.last_step < t["min_certain_steps"]
         if short:
-            causes.insert(0, f"only {n} updates: the critic may not have had the time to fit")
+            causes.insert(0, f"only {n} updates over {history.last_step} steps: the critic may not have had "
+                             "the time to fit")
         return Finding(self.name, history.step_of(n - w),
                        f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
                        evidence, advice.texts(patches), causes, certain=not short, patches=patches)
