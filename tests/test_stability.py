@@ -113,9 +113,9 @@ def test_learning_rate_schedule_at_its_end_is_not_dead():
 
 def test_a2c_judged_without_kl():
     def a2c(entropy: list, actor: float) -> History:
-        h = H(total_steps=40 * 40)
+        h = H(total_steps=40 * 400)
         for i in range(40):
-            h.add(40 * (i + 1), {"pg_loss": 15.0 * (-1) ** i, "value_loss": 50.0, "explained_variance": 0.5,
+            h.add(400 * (i + 1), {"pg_loss": 15.0 * (-1) ** i, "value_loss": 50.0, "explained_variance": 0.5,
                                  "entropy": entropy[i], "grad_norm": 10.0, "grad_norm_actor": actor})
         return h
 

@@ -60,11 +60,17 @@ class DeadPolicyGradient(Detector):
             return None
         onset = n - w if onset is None else min(onset, n - w)
         causes, patches = _causes(history, w, t, evidence)
+        # A run of a few thousand env steps (a smoke test) has barely begun to move its policy:
+        # said as a warning, never a stop.
+        short = history.last_step < t["min_certain_steps"]
+        if short:
+            causes.insert(0, f"only {history.last_step} env steps: the policy may just not have moved yet")
         return Finding(self.name, history.step_of(onset),
                        "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
                        if history.has("approx_kl") else
                        "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0",
-                       evidence, advice.texts(patches) + _env_advice(causes), causes, patches=patches)
+                       evidence, advice.texts(patches) + _env_advice(causes), causes, certain=not short,
+                       patches=patches)
 
 
 def _collapsed(history: History, t: dict[str, Any]) -> bool:
