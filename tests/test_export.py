@@ -194,8 +194,8 @@ def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path
 
         browser = shutil.which("chromium") or shutil.which("chromium-browser")
         if browser is None:
-            print("SKIP REASON: chromium is not installed (make test installs the Debian package when it can)")
-            pytest.skip("chromium is not installed; `make test` installs Debian's chromium when it can")
+            print("SKIP REASON: chromium is not installed (`make browser` installs Debian's package)")
+            pytest.skip("chromium is not installed; `make browser` installs Debian's chromium")
         shots = Path(__file__).resolve().parents[1] / "results" / "browse"
         shots.mkdir(parents=True, exist_ok=True)
         page = f"{base}/#/experiments/{experiment}/runs"
