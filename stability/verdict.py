@@ -110,15 +110,11 @@ def classify(history: History, thresholds: Thresholds | None = None, final: bool
         finding = detector.detect(history, thresholds.of(detector.name), final)
         if finding is not None:
             findings.append(finding)
-    findings.sort(key=_rank)
-    certain = [f for f in findings if f.certain]
     notes = []
     if len(history) < SHORT_RUN:
         notes.append(f"short run: {len(history)} updates (detectors are sure from {SHORT_RUN}); judged on what "
                      "there is, with smaller windows")
-    if certain:
-        return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step, notes)
-    return Verdict("healthy", None, findings, len(history), history.last_step, notes)
+    return _verdict(findings, history, notes)
 
 
 SHORT_RUN = 20  # updates below which a run is judged with what it has, and the verdict says so
@@ -152,12 +148,7 @@ class Judge:
         current = {f.kind: f for f in now.findings}
         findings = [self.kept[k] if k in self.kept else f for k, f in current.items()]
         findings += [f for k, f in self.kept.items() if k not in current]
-        findings.sort(key=_rank)
-        certain = [f for f in findings if f.certain]
-        notes = list(now.notes)
-        if certain:
-            return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step, notes)
-        return Verdict("healthy", None, findings, len(history), history.last_step, notes)
+        return _verdict(findings, history, list(now.notes))
 
 
 def judge(history: History, thresholds: Thresholds | None = None) -> Verdict:
@@ -172,6 +163,15 @@ def judge(history: History, thresholds: Thresholds | None = None) -> Verdict:
 
 def _rank(f: Finding) -> tuple[bool, int]:
     return (not f.certain, PRIORITY.index(f.kind) if f.kind in PRIORITY else 99)
+
+
+def _verdict(findings: list[Finding], history: History, notes: list[str]) -> Verdict:
+    """Findings ranked; the verdict is the first certain one, else healthy."""
+    findings = sorted(findings, key=_rank)
+    certain = [f for f in findings if f.certain]
+    if certain:
+        return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step, notes)
+    return Verdict("healthy", None, findings, len(history), history.last_step, notes)
 
 
 def _fmt(value: Any) -> str:
