@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# context key the callback records for each knob a patch can set
-_CONTEXT = {"max_grad_norm": "max_grad_norm", "weight_decay": "weight_decay", "vf_coef": "vf_coef",
-            "ent_coef": "ent_coef", "normalize_advantage": "normalize_advantage", "learning_rate": "learning_rate"}
+# knobs the callback records in the run's context under their own name
+_RECORDED = frozenset({"max_grad_norm", "weight_decay", "vf_coef", "ent_coef", "normalize_advantage", "learning_rate"})
 
 
 def make(ctx: dict[str, Any], knob: str, value: Any, why: str) -> dict[str, Any] | None:
@@ -24,10 +23,10 @@ def make(ctx: dict[str, Any], knob: str, value: Any, why: str) -> dict[str, Any]
         if "norm_reward" not in ctx:
             why += " (whether the run normalised rewards was not recorded)"
         return {"patch": {knob: value}, "why": why}
-    current = ctx.get(_CONTEXT.get(knob, knob))
+    current = ctx.get(knob)
     if current is not None and _same(current, value):
         return None
-    if current is None and knob in _CONTEXT:
+    if current is None and knob in _RECORDED:
         why += f" (the run's {knob} was not recorded)"
     return {"patch": {knob: value}, "why": why}
 

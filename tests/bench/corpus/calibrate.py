@@ -45,22 +45,27 @@ GRID: dict[tuple[str, str], list[Any]] = {
 }
 
 
-def calibration_set(root: Path) -> list[tuple[str, Any]]:
-    """(label, history) for every path of every calibration-half run."""
+def labelled_histories(root: Path) -> list[dict[str, Any]]:
+    """Every scored run's label with each path's history (crashes left out), and its case's
+    mechanism and split."""
     runs = score.load_runs(root)
     refs = score.references(runs)
-    split = {c["id"]: c["split"] for c in load_cases()}
-    out = []
+    cases = {c["id"]: c for c in load_cases()}
+    items = []
     for run in runs:
-        if split.get(run["case"]) != "calib":
-            continue
         truth = labels.label(run, refs.get(run["env"]))
-        if truth == "crash":
+        if truth == "crash" or run["case"] not in cases:
             continue
-        for history in (score.sweep_history(run), score.plain_log_history(run)):
+        for path, history in (("sweep", score.sweep_history(run)), ("diagnose", score.plain_log_history(run))):
             if history is not None and len(history):
-                out.append((truth, history))
-    return out
+                items.append({"truth": truth, "mechanism": f"{run['class']}/{run['mechanism']}", "path": path,
+                              "case": run["case"], "split": cases[run["case"]]["split"], "history": history})
+    return items
+
+
+def calibration_set(root: Path) -> list[tuple[str, Any]]:
+    """(label, history) for every path of every calibration-half run."""
+    return [(i["truth"], i["history"]) for i in labelled_histories(root) if i["split"] == "calib"]
 
 
 def cost(data: list[tuple[str, Any]], values: dict[str, dict[str, Any]]) -> int:
@@ -116,18 +121,7 @@ def leave_one_mechanism_out(root: Path) -> dict[str, dict[str, Any]]:
     """Per failure mechanism (as the cases were built): recalibrate on the calibration half without
     any of its cases, then score its runs labelled as failures (both halves, both paths) with those
     thresholds. Its recall there is what a mechanism never seen in calibration gets."""
-    runs = score.load_runs(root)
-    refs = score.references(runs)
-    cases = {c["id"]: c for c in load_cases()}
-    items = []
-    for run in runs:
-        truth = labels.label(run, refs.get(run["env"]))
-        if truth == "crash" or run["case"] not in cases:
-            continue
-        for path, history in (("sweep", score.sweep_history(run)), ("diagnose", score.plain_log_history(run))):
-            if history is not None and len(history):
-                items.append({"truth": truth, "mechanism": f"{run['class']}/{run['mechanism']}", "path": path,
-                              "case": run["case"], "split": cases[run["case"]]["split"], "history": history})
+    items = labelled_histories(root)
     out = {}
     for mech in sorted({i["mechanism"] for i in items if not i["mechanism"].startswith("healthy/")}):
         mech_cases = {i["case"] for i in items if i["mechanism"] == mech}

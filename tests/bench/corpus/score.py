@@ -25,7 +25,7 @@ REPO = HERE.parents[2]
 sys.path[:0] = [str(REPO), str(HERE)]
 
 import labels  # noqa: E402
-from run import load_cases  # noqa: E402
+from run import CASES, load_cases  # noqa: E402
 
 from stability.signals import History  # noqa: E402
 from stability.thresholds import Thresholds  # noqa: E402
@@ -99,17 +99,15 @@ def reached_at(history: History, thresholds: Thresholds, kind: str) -> int:
 
 def references(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Each env's reference return: the mean final return of its designated healthy case."""
-    cases = {c["id"]: c for c in load_cases()}
     import yaml
 
-    envs = yaml.safe_load((REPO / "conf" / "corpus" / "cases.yaml").read_text())["envs"]
+    envs = yaml.safe_load(CASES.read_text())["envs"]
     out = {}
     for env, spec in envs.items():
         values = [labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs
                   if r["case"] == spec["reference"]]
         values = [v for v in values if math.isfinite(v)]
         out[env] = fmean(values) if values else math.nan
-    del cases
     return out
 
 
