@@ -54,6 +54,21 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--confirm-seeds", type=_positive, default=None,
                         help="re-train the top configs on N seeds the sweep never used, and report both scores")
     export.add_argument("--workers", type=_positive, default=None, help="processes for --confirm-seeds")
+    repair = sub.add_parser("repair", help="re-train failing trials with the knob patches their findings carry, "
+                                           "until healthy (confirmed on fresh seeds)")
+    repair.add_argument("name", nargs="?", help="sweep name (its folder under results/)")
+    repair.add_argument("--trial", type=int, nargs="+", dest="trials", help="only these trials (default: every "
+                                                                            "failing trial not yet repaired)")
+    repair.add_argument("--max-attempts", type=_positive, default=2, help="patched re-trainings per trial (default 2)")
+    repair.add_argument("--seeds", type=int, nargs="+", help="re-train on these seeds (default: the trial's)")
+    repair.add_argument("--no-confirm", action="store_true", help="do not confirm a repair on fresh seeds")
+    repair.add_argument("--strategy", choices=["findings", "random"], default="findings",
+                        help="findings: the verdict's patches (default); random: random knob changes from the "
+                             "same menu (a baseline)")
+    repair.add_argument("--workers", type=_positive, help="parallel seeds (default: the spec's or CPUs)")
+    repair.add_argument("--spec", help="repair a config you hand over: this sweep YAML (its fixed hyperparams) ...")
+    repair.add_argument("--trial-config", help="... with these hyperparams over it (YAML: a mapping, or an "
+                                               "exported config's 'hyperparams')")
     report = sub.add_parser("report", help="summary, failure map and figures of a sweep (PNG + HTML, also in MLflow)")
     report.add_argument("name", help="sweep name (its folder under results/)")
     diag = sub.add_parser("diagnose", help="classify a run trained anywhere: TensorBoard logs or an MLflow run id")
@@ -72,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     try:
         return {"run": _run, "validate": _validate, "status": _status, "ui": _ui,
-                "diagnose": _diagnose, "export": _export, "report": _report}[args.command](args, console)
+                "diagnose": _diagnose, "export": _export, "report": _report,
+                "repair": _repair}[args.command](args, console)
     except (SpecError, UsageError) as exc:
         err.print(str(exc), highlight=False, markup=False)
         return EXIT_USAGE
@@ -160,19 +176,48 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _repair(args: argparse.Namespace, console: Console) -> int:
+    from sweeps.repair import RepairSettings
+
+    settings = RepairSettings(max_attempts=args.max_attempts, confirm=not args.no_confirm, strategy=args.strategy,
+                              seeds=args.seeds)
+    if args.spec:
+        if args.name or args.trials:
+            raise UsageError("rlsweep repair: give either a sweep NAME (with --trial) or --spec (with --trial-config), "
+                             "not both")
+        from sweeps.runner import repair_config
+
+        repair_config(args.spec, args.trial_config, console, settings, workers=args.workers)
+        return 0
+    if args.trial_config:
+        raise UsageError("rlsweep repair: --trial-config needs --spec (the sweep YAML the config belongs to)")
+    if not args.name:
+        raise UsageError("rlsweep repair: name a sweep (rlsweep repair NAME) or hand over a config "
+                         "(rlsweep repair --spec SWEEP.yaml --trial-config CONFIG.yaml)")
+    from sweeps.runner import repair_sweep
+
+    repair_sweep(args.name, console, args.trials, settings, workers=args.workers)
+    return 0
+
+
 def _export(args: argparse.Namespace, console: Console) -> int:
     from sweeps.export import export
+    from sweeps.repair import describe
 
     path, doc = export(args.name, args.output, args.top, args.format, args.confirm_seeds or 0,
                        args.workers or os.cpu_count() or 1)
     trials = doc["trials"]
+    repaired = f"; {trials['repaired']} repaired by rlsweep repair" if trials.get("repaired") else ""
     console.print(f"{args.name}: {trials['safe']} safe of {trials['finished']} finished trials "
-                  f"({', '.join(f'{k} {v}' for k, v in sorted(trials['by_verdict'].items()))})", highlight=False)
+                  f"({', '.join(f'{k} {v}' for k, v in sorted(trials['by_verdict'].items()))}){repaired}",
+                  highlight=False)
     for item in doc["configs"]:
         confirm = item.get("confirm")
         extra = f"; fresh seeds {confirm['seeds']}: score {confirm['score']}, " \
                 f"{'safe' if confirm['safe'] else 'NOT safe: ' + str(confirm['verdicts'])}" if confirm else ""
         flag = " (few seeds)" if item["few_seeds"] else ""
+        if "repaired" in item:
+            flag += f" (repair of trial {item['repaired']['from_trial']}: {describe(item['repaired']['patch'])})"
         console.print(f"  #{item['rank']} trial {item['trial']}: score {item['score']}{flag}{extra}", highlight=False)
     for name, info in doc["safe_ranges"].items():
         if "safe" in info and isinstance(info["safe"], list) and len(info["safe"]) == 2 and "values" not in info:

@@ -14,12 +14,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from sweeps import repair as rp
 from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Event
 from sweeps.spec import ENV_PREFIX, PRESET, SweepSpec
 from sweeps.tracking import MlflowTracker
 from sweeps.trial import TrialConfig
+from stability.verdict import PRIORITY
 
 _AGGREGATE: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.fmean, "median": statistics.median, "min": min}
@@ -40,6 +42,10 @@ class ActiveTrial:
     verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seed -> Verdict.to_dict()
     unstable: dict[int, str] = field(default_factory=dict)             # seed -> class that ended it
     skipped: set[int] = field(default_factory=set)                     # never run: the trial was doomed
+    # a repair's attempt (or its confirmation on fresh seeds): not an Optuna trial while it runs
+    plan: rp.Plan | None = None
+    attempt: rp.Attempt | None = None
+    confirming: bool = False
 
     @property
     def finished(self) -> bool:
@@ -62,6 +68,8 @@ class Progress:
     requeued: list[int] = field(default_factory=list)
     retried: int = 0       # jobs run again after their worker died
     verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
+    repairs: dict[str, int] = field(default_factory=dict)   # repair status -> failing trials
+    repairing: int = 0                                      # repair attempts running
 
     def eta(self) -> float | None:
         if not self.jobs_done:
@@ -72,7 +80,8 @@ class Progress:
 
 class Driver:
     def __init__(self, spec: SweepSpec, backend: Backend, tracker: MlflowTracker, study: Any,
-                 on_change: Callable[[Progress], None] | None = None) -> None:
+                 on_change: Callable[[Progress], None] | None = None, repair: rp.RepairSettings | None = None,
+                 open_trials: bool = True) -> None:
         self.spec, self.backend, self.tracker, self.study = spec, backend, tracker, study
         self.dims = spec.dims
         self.distributions = sp.to_optuna(self.dims)
@@ -86,6 +95,15 @@ class Driver:
         self.attempts: dict[tuple[int, int], list[str]] = {}  # job -> why its earlier attempts failed
         self.logged_step: dict[tuple[int, int], int] = {}     # job -> last step sent to MLflow
         self.retry_floor: dict[tuple[int, int], int] = {}     # retried job -> steps up to here are logged
+        # Repairs: by ``stability.repair.auto`` (bounded by the sweep's own size) or ``rlsweep repair``.
+        auto = spec.stability.repair
+        self.repair = repair or (rp.RepairSettings(auto.max_attempts, auto.confirm,
+                                                   budget=spec.n_trials * len(spec.seed_list)) if auto.auto else None)
+        self.open_trials = open_trials  # False: run only repairs (``rlsweep repair``)
+        self.plans: list[rp.Plan] = []
+        self._repair_jobs = 0
+        self._next_key = -1           # repair jobs are keyed by negative numbers: never an Optuna trial's
+        self._menu_facts: tuple[float, bool, bool] | None = None
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -93,7 +111,7 @@ class Driver:
     # time in MLflow, so workers do not sit idle between trials.
     def run(self) -> Progress:
         p = self.progress
-        p.requeued = st.requeue_interrupted(self.study)
+        p.requeued = st.requeue_interrupted(self.study) if self.open_trials else []
         outcomes = st.outcomes(self.study)
         self._mlflow.append(lambda: self.tracker.reconcile(outcomes))
         previous = st.counted(self.study)
@@ -104,7 +122,9 @@ class Driver:
             if verdict:
                 p.verdicts[verdict] = p.verdicts.get(verdict, 0) + 1
         self._update_best(previous)
-        p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list)
+        p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list) if self.open_trials else 0
+        for plan in self.plans:  # queued before run() by ``rlsweep repair``
+            self._next_repair(plan)
         try:
             while self._fill() or self.active:
                 self._write_mlflow()
@@ -126,13 +146,15 @@ class Driver:
         """Submit jobs while slots are free; open a new trial only when one is needed now."""
         while len(self.in_flight) < self.backend.capacity:
             if not self.jobs:
-                if self.progress.done + len(self.active) >= self.progress.target:
+                opened = sum(a.plan is None for a in self.active.values())
+                if not self.open_trials or self.progress.done + opened >= self.progress.target:
                     break
                 self._open_trial()
             config = self.jobs.popleft()
             self.backend.submit(config)
             self.in_flight.add(config.key)
-        self.progress.running = len(self.active)
+        self.progress.running = sum(a.plan is None for a in self.active.values())
+        self.progress.repairing = len(self.active) - self.progress.running
         return bool(self.jobs) or bool(self.in_flight)
 
     def _write_mlflow(self) -> None:
@@ -202,7 +224,8 @@ class Driver:
             return False
         tries.append(event.payload["message"])
         self.retry_floor[event.key] = self.logged_step.get(event.key, -1)
-        _, (config,) = trial_configs(self.spec, active.number, active.params, [event.key[1]], self._stability)
+        _, (config,) = trial_configs(self.spec, active.number, active.params, [event.key[1]], self._stability,
+                                     patch=active.attempt.patch if active.attempt else None)
         self.jobs.appendleft(config)
         self.progress.retried += 1
         return True
@@ -260,6 +283,9 @@ class Driver:
         from optuna.trial import TrialState
 
         del self.active[active.number]
+        if active.plan is not None:
+            self._close_repair(active)
+            return
         trial, p = active.optuna_trial, self.progress
         trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
         verdict = trial_verdict(active.verdicts)
@@ -268,6 +294,10 @@ class Driver:
             trial.set_user_attr("rlsweep.verdicts", {str(s): v["verdict"] for s, v in active.verdicts.items()})
             p.verdicts[verdict["verdict"]] = p.verdicts.get(verdict["verdict"], 0) + 1
         tags = _verdict_tags(verdict) if active.verdicts else {}
+        failing = bool(active.errors or active.unstable) or verdict["verdict"] != "healthy"
+        patches = rp.candidates(active.verdicts, PRIORITY)
+        if failing:  # what ``rlsweep repair`` will try (set now: a finished trial's attributes are final)
+            trial.set_user_attr(st.PATCHES, patches)
         texts = {"stability/verdict.json": json.dumps(verdict | {"seeds": {str(s): v for s, v in
                                                                            active.verdicts.items()}}, indent=2)}
         if active.errors:
@@ -298,6 +328,193 @@ class Driver:
             if p.best is None or value > p.best:
                 p.best, p.best_trial = value, active.number
         p.done += 1
+        if failing and self.repair is not None:
+            plan = self.plan_for(active.number, active.params, verdict["verdict"] if active.verdicts else "crashed",
+                                 dict(active.returns), active.seeds, patches, dict(trial.params),
+                                 dict(trial.distributions), active.parent_run)
+            self.plans.append(plan)
+            self._next_repair(plan)
+
+    # --- repairs ----------------------------------------------------------------------------
+    def plan_for(self, number: int, params: dict[str, Any], verdict: str, returns: dict[int, float],
+                 seeds: list[int], patches: list[dict[str, Any]], optuna_params: dict[str, Any],
+                 distributions: dict[str, Any], parent_run: str = "") -> rp.Plan:
+        """A repair plan for a failing trial (see :mod:`sweeps.repair`)."""
+        settings = self.repair or rp.RepairSettings()
+        seeds = settings.seeds or seeds
+        _, (config,) = trial_configs(self.spec, number, params, [0], {})
+        lr, continuous, on_policy = self._facts()
+        plan = rp.Plan(number, params, verdict, returns, seeds,
+                       rp.fresh_seeds(sorted(set(self.spec.seed_list) | set(seeds)), len(seeds)),
+                       patches, settings.max_attempts, settings.strategy,
+                       rp.menu(config.hyperparams, lr, continuous, on_policy), settings.rng_seed)
+        plan.check = lambda patch: self._patch_problem(config.hyperparams, patch)
+        plan.context = {"optuna_params": optuna_params, "distributions": distributions, "parent_run": parent_run}
+        return plan
+
+    def _facts(self) -> tuple[float, bool, bool]:
+        """The algorithm's default learning rate, whether the env's actions are continuous, and
+        whether the algorithm is on-policy: what the repair menu depends on."""
+        if self._menu_facts is None:
+            import inspect
+
+            from sweeps import algos, envs
+
+            default = inspect.signature(algos.load_class(self.spec.algo)).parameters["learning_rate"].default
+            venv = envs.make_vec_env(self.spec.env.model_dump(), 1, seed=0)
+            continuous = type(venv.action_space).__name__ == "Box"
+            venv.close()
+            on_policy = self.spec.algo not in ("SAC", "TD3", "TQC", "DQN", "QRDQN")
+            self._menu_facts = (float(default) if isinstance(default, (int, float)) else 3e-4, continuous, on_policy)
+        return self._menu_facts
+
+    def _patch_problem(self, hyperparams: dict[str, Any], patch: dict[str, Any]) -> str | None:
+        """Why a patched config would not validate as a spec (e.g. a knob its algorithm lacks), or None."""
+        from sweeps.errors import SpecError
+        from sweeps.spec import from_dict
+
+        raw = self.spec.model_dump(mode="json", exclude_unset=True)
+        raw.update(hyperparams=rp.apply_patch(hyperparams, patch), space={}, trials=1)
+        try:
+            from_dict(raw, source="repair")
+        except SpecError as exc:
+            return "; ".join(f"{i.path}: {i.message}" for i in exc.issues)
+        return None
+
+    def _next_repair(self, plan: rp.Plan, confirm: rp.Attempt | None = None) -> None:
+        """Queue the plan's next attempt (or ``confirm``'s run on fresh seeds); close the plan when
+        there is none or the repair budget is spent."""
+        attempt = confirm or plan.next_attempt()
+        if attempt is None:
+            self._plan_done(plan)
+            return
+        seeds = plan.fresh if confirm else plan.seeds
+        budget = self.repair.budget if self.repair else None
+        if budget is not None and self._repair_jobs + len(seeds) > budget:
+            if confirm is None:
+                plan.attempts.pop()
+                plan.finish("budget", f"the repair budget ({budget} seed runs, the sweep's own size) is spent")
+            else:  # it passed on the trial's seeds; told as it is, unconfirmed
+                self._tell_repair(plan, confirm)
+                plan.finish("budget", f"attempt {confirm.number} ({rp.describe(confirm.patch)}) passed on seeds "
+                                      f"{plan.seeds} but the repair budget ({budget} seed runs, the sweep's own "
+                                      "size) leaves none to confirm it on fresh seeds: run `rlsweep repair`")
+            self._plan_done(plan)
+            return
+        self._repair_jobs += len(seeds)
+        key, self._next_key = self._next_key, self._next_key - 1
+        active = ActiveTrial(key, None, plan.params, seeds, plan=plan, attempt=attempt, confirming=confirm is not None)
+        self.active[key] = active
+        active.logged, configs = trial_configs(self.spec, key, plan.params, seeds, self._stability, patch=attempt.patch)
+        self.jobs.extend(configs)
+        self.progress.jobs_total += len(configs)
+        self._mlflow.append(lambda: self._start_repair_runs(active))
+
+    def _start_repair_runs(self, active: ActiveTrial) -> None:
+        plan, attempt = active.plan, active.attempt
+        assert plan is not None and attempt is not None
+        name = f"trial-{plan.origin}-repair-{attempt.number}" + ("-confirm" if active.confirming else "")
+        tags = {st.REPAIR_OF: str(plan.origin), st.REPAIR_ATTEMPT: str(attempt.number),
+                st.REPAIR_PATCH: json.dumps(attempt.patch)}
+        if active.confirming:
+            tags["rlsweep.repair_confirm"] = attempt.run_id
+        resolved = self.spec.resolved() | {"repair_of": plan.origin, "params": _jsonable(plan.params),
+                                           "patch": attempt.patch}
+        active.parent_run = self.tracker.start_trial(None, active.logged, resolved, name=name, tags=tags)
+        for seed in active.seeds:
+            active.child_runs[seed] = self.tracker.start_seed(None, seed, active.parent_run, active.logged,
+                                                              name=f"{name}-seed-{seed}", tags=tags)
+
+    def _close_repair(self, active: ActiveTrial) -> None:
+        plan, attempt = active.plan, active.attempt
+        assert plan is not None and attempt is not None
+        names = {s: v["verdict"] for s, v in active.verdicts.items()} | {s: "crashed" for s in active.errors}
+        verdict = trial_verdict(active.verdicts)
+        label = verdict["verdict"] if verdict["verdict"] != "healthy" or not active.errors else "crashed"
+        outcome = "crashed" if active.errors else "unstable" if active.unstable else "complete"
+        tags = {"rlsweep.outcome": outcome} | _verdict_tags({"verdict": label, "onset_step": verdict["onset_step"]})
+        if active.confirming:
+            ok = plan.confirmed(attempt, names, dict(active.returns))
+            self._mlflow.append(lambda: self.tracker.end_run(
+                active.parent_run, "FINISHED" if ok else "FAILED", tags=tags | {"rlsweep.repair_confirmed": str(ok)},
+                metrics={f"eval/return_seed_{s}": r for s, r in active.returns.items()}))
+            self._tell_repair(plan, attempt)
+            if ok:
+                self._plan_done(plan)
+            else:
+                self._next_repair(plan)
+            return
+        attempt.verdicts, attempt.returns, attempt.crashed = names, dict(active.returns), sorted(active.errors)
+        attempt.verdict, attempt.run_id = label, active.parent_run
+        attempt.offered = rp.candidates(active.verdicts, PRIORITY)
+        attempt.state = {"outcome": outcome, "returns": dict(active.returns), "verdicts": active.verdicts}
+        ok, why = plan.passes(attempt)
+        attempt.result = why
+        metrics = {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
+        self._mlflow.append(lambda: self.tracker.end_run(
+            active.parent_run, "FINISHED" if outcome == "complete" else "FAILED", metrics=metrics,
+            tags=tags | {"rlsweep.repair_result": why},
+            texts={"stability/verdict.json": json.dumps(verdict | {"seeds": {str(s): v for s, v in
+                                                                            active.verdicts.items()}}, indent=2)}))
+        if ok and self.repair is not None and self.repair.confirm:
+            self._next_repair(plan, confirm=attempt)
+            return
+        self._tell_repair(plan, attempt)
+        if ok:
+            plan.accept(attempt)
+            self._plan_done(plan)
+        else:
+            self._next_repair(plan)
+
+    def _tell_repair(self, plan: rp.Plan, attempt: rp.Attempt) -> None:
+        """The attempt as a finished Optuna trial with its real params: the failing trial's sampled
+        values, a patched swept key at its new value, and each other patched knob as a one-value
+        parameter ``patch.KNOB``. The failing trial itself is never changed."""
+        import optuna
+        from optuna.distributions import CategoricalDistribution
+        from optuna.trial import TrialState
+
+        state_of = attempt.state
+        params = dict(plan.context.get("optuna_params", {}))
+        dists = dict(plan.context.get("distributions", {}))
+        decoded = dict(plan.params)
+        for knob, value in attempt.patch.items():
+            dist = dists.get(knob)
+            if dist is not None and _holds(dist, value):
+                params[knob], decoded[knob] = value, value
+            else:
+                label = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
+                params[f"patch.{knob}"], dists[f"patch.{knob}"] = label, CategoricalDistribution([label])
+        attrs = {st.OUTCOME: state_of["outcome"], "rlsweep.params": _jsonable(decoded), st.REPAIR_OF: plan.origin,
+                 st.REPAIR_ATTEMPT: attempt.number, st.REPAIR_PATCH: attempt.patch,
+                 "rlsweep.returns": {str(s): r for s, r in state_of["returns"].items()},
+                 st.VERDICT: attempt.verdict, "rlsweep.verdicts": {str(s): v for s, v in attempt.verdicts.items()},
+                 st.PATCHES: attempt.offered, "rlsweep.repair_result": attempt.result}
+        if attempt.confirm is not None:
+            attrs[st.CONFIRM] = attempt.confirm
+        if state_of["outcome"] == "complete":
+            value = _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values()))
+            frozen = optuna.trial.create_trial(params=params, distributions=dists, value=value, user_attrs=attrs)
+        else:
+            state = TrialState.FAIL if state_of["outcome"] == "crashed" else TrialState.PRUNED
+            frozen = optuna.trial.create_trial(params=params, distributions=dists, state=state, user_attrs=attrs)
+        self.study.add_trial(frozen)
+        attempt.trial = self.study.get_trials(deepcopy=False)[-1].number
+
+    def _plan_done(self, plan: rp.Plan) -> None:
+        status = plan.status if plan.status != "pending" else "failed"
+        self.progress.repairs[status] = self.progress.repairs.get(status, 0) + 1
+        fixed = plan.repaired
+        tags = {"rlsweep.repair": f"{status}: {plan.message}"}
+        if fixed is not None:
+            tags["rlsweep.repaired_by"] = fixed.run_id
+
+        def link() -> None:  # the failing trial's run points at its repair
+            parent = plan.context.get("parent_run") or self.tracker.find_trial_run(plan.origin)
+            if parent:
+                self.tracker.set_tags(parent, tags)
+
+        self._mlflow.append(link)
 
     def _abandon(self) -> None:
         """On Ctrl-C or a driver error: stop workers and close open runs as KILLED.
@@ -305,6 +522,8 @@ class Driver:
         The Optuna trials stay RUNNING, so the next run of the same command marks them
         interrupted and queues their configs again.
         """
+        for plan in self.plans:
+            plan.finish("interrupted", "the run stopped before this repair ended; run `rlsweep repair` again")
         try:
             self.backend.close()
         finally:
@@ -329,9 +548,11 @@ def stability_settings(spec: SweepSpec) -> dict[str, Any]:
 
 
 def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: list[int],
-                  stability: dict[str, Any]) -> tuple[dict[str, Any], list[TrialConfig]]:
+                  stability: dict[str, Any], patch: dict[str, Any] | None = None
+                  ) -> tuple[dict[str, Any], list[TrialConfig]]:
     """One job per seed for a configuration: the spec's hyperparameters and env with ``params``
-    (sampled values, by dotted name) set. Also returns every hyperparameter, flattened, for logging."""
+    (sampled values, by dotted name) set, then a repair's knob ``patch`` applied. Also returns
+    every hyperparameter, flattened, for logging."""
     hyperparams = copy.deepcopy(spec.hyperparams)
     env = spec.env.model_dump()
     for name, value in params.items():
@@ -342,6 +563,8 @@ def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: l
                 sp.set_nested(hyperparams, key, item)
         else:
             sp.set_nested(hyperparams, name, value)
+    if patch:
+        hyperparams = rp.apply_patch(hyperparams, patch)
     logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}
     configs = [TrialConfig(sweep=spec.name, trial=number, seed=seed, algo=spec.algo, policy=spec.policy, env=env,
                            hyperparams=hyperparams, total_timesteps=spec.total_timesteps,
@@ -354,14 +577,19 @@ def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: l
 def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """A trial's verdict from its seeds': the highest-priority failure any seed showed (a config
     is unsafe if one seed fails), with the earliest onset of that failure; else healthy."""
-    from stability.verdict import PRIORITY
-
     failing = [v for v in verdicts.values() if v["verdict"] != "healthy"]
     if not failing:
         return {"verdict": "healthy", "onset_step": None, "failed_seeds": 0}
     worst = min(failing, key=lambda v: PRIORITY.index(v["verdict"]) if v["verdict"] in PRIORITY else 99)
     onsets = [v["onset_step"] for v in failing if v["verdict"] == worst["verdict"] and v["onset_step"] is not None]
     return {"verdict": worst["verdict"], "onset_step": min(onsets) if onsets else None, "failed_seeds": len(failing)}
+
+
+def _holds(dist: Any, value: Any) -> bool:
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (ValueError, TypeError):
+        return False
 
 
 def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:

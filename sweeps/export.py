@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from sweeps import algos, knobs
 from sweeps.errors import UsageError
+from sweeps.repair import fresh_seeds
 from sweeps.results import FEW_SEEDS, SCORE_RULE, SweepResults, TrialRecord
 
 FORMATS = ("sb3", "zoo")
@@ -32,7 +33,7 @@ def config_of(results: SweepResults, trial: TrialRecord) -> tuple[dict[str, Any]
     """The trial's full hyperparameters and env, as a spec would write them."""
     from sweeps.driver import trial_configs
 
-    _, configs = trial_configs(results.spec, trial.number, trial.params, [0], {})
+    _, configs = trial_configs(results.spec, trial.number, trial.params, [0], {}, patch=trial.patch)
     return configs[0].hyperparams, configs[0].env
 
 
@@ -45,6 +46,8 @@ def entry(results: SweepResults, rank: int, trial: TrialRecord, fmt: str) -> dic
         "failure_rate": 0.0, "few_seeds": len(seeds) < FEW_SEEDS, "params": trial.params,
         "hyperparams": hyperparams, "env": env,
     }
+    if trial.repair_of is not None:  # a failing trial's config with a knob patch, found by rlsweep repair
+        out["repaired"] = {"from_trial": trial.repair_of, "patch": trial.patch, "confirm": trial.confirm}
     if fmt == "sb3":
         out["sb3"] = sb3_section(results.spec.algo, results.spec.policy, hyperparams, env)
     return out
@@ -107,8 +110,8 @@ def safe_ranges(results: SweepResults) -> dict[str, Any]:
     """Per swept hyperparameter: the interval spanned by the safe configs (every seed healthy), the
     failures inside it (caused by other hyperparameters: read them next to the failure map), and
     which failure classes appear outside it, e.g. "learning_rate > 0.0007 -> nan_scale in 2/4 trials"."""
-    finished = results.finished
-    safe_numbers = {t.number for t in results.safe()}
+    finished = results.finished + results.repairs  # repairs are configs tried too
+    safe_numbers = {t.number for t in results.safe(with_repairs=True)}
     out: dict[str, Any] = {}
     for name, dist in results.spec.dims.items():
         points = [(t.params[name], t.failure_class, t.number in safe_numbers) for t in finished if name in t.params]
@@ -118,6 +121,9 @@ def safe_ranges(results: SweepResults) -> dict[str, Any]:
             out[name] = _numeric_range(name, points)
         elif points:
             out[name] = _categorical(points)
+        repaired = sum(t.repair_of is not None and name in t.params for t in finished)
+        if name in out and repaired:
+            out[name]["repairs"] = f"includes {repaired} repair attempt(s): failing configs re-trained with a knob patch"
     return out
 
 
@@ -171,11 +177,11 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
     from sweeps import backends
     from sweeps.driver import stability_settings, trial_configs
 
-    used = set(results.spec.seed_list)
-    fresh = [s for s in range(max(used) + 1, max(used) + 1 + n_seeds + len(used)) if s not in used][:n_seeds]
+    fresh = fresh_seeds(results.spec.seed_list, n_seeds)
     jobs = []
     for t in trials:
-        jobs += trial_configs(results.spec, t.number, t.params, fresh, stability_settings(results.spec))[1]
+        jobs += trial_configs(results.spec, t.number, t.params, fresh, stability_settings(results.spec),
+                              patch=t.patch)[1]
     out: dict[int, dict] = {t.number: {"seeds": fresh, "returns": {}, "verdicts": {}} for t in trials}
     from sweeps.spec import BackendSpec
 
@@ -222,18 +228,20 @@ def export(name: str, output: str | None = None, top: int = 5, fmt: str = "sb3",
     if fmt == "zoo" and ":" in res.spec.env.id:
         raise UsageError(f"--format zoo: rl-zoo3 trains registered Gymnasium ids only; sweep '{name}' uses the entry "
                          f"point '{res.spec.env.id}'. Use --format sb3, or register the env and sweep that id.")
-    safe = res.safe()
+    safe = res.safe(with_repairs=True)
     counts = Counter(t.failure_class or "healthy" for t in res.finished)
     doc: dict[str, Any] = {
         "sweep": name, "algo": res.spec.algo, "policy": res.spec.policy, "env_id": res.spec.env.id,
         "total_timesteps": res.spec.total_timesteps, "format": fmt, "score_rule": SCORE_RULE,
         "safe_rule": "every seed trained to the end, was evaluated, and was judged healthy",
-        "trials": {"finished": len(res.finished), "safe": len(safe), "by_verdict": dict(counts)},
+        "trials": {"finished": len(res.finished), "safe": len(safe) - len(res.repaired()), "by_verdict": dict(counts),
+                   "repaired": len({t.repair_of for t in res.repaired()})},
         "configs": [entry(res, rank, t, fmt) for rank, t in enumerate(safe[:top], 1)],
         "safe_ranges": safe_ranges(res),
     }
     if confirm_seeds and safe:
-        checked = confirm(res, safe[:top], confirm_seeds, workers)
+        checked = confirm(res, [t for t in safe[:top] if t.confirm is None], confirm_seeds, workers)
+        checked |= {t.number: t.confirm for t in safe[:top] if t.confirm is not None}  # a repair's own check
         for item in doc["configs"]:
             item["confirm"] = checked[item["trial"]]
     path = Path(output) if output else res.spec.storage_dir / "safe_configs.yaml"

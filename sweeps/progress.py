@@ -22,7 +22,15 @@ def _clock(seconds: float | None) -> str:
 def summary_line(p: Progress) -> str:
     best = "-" if p.best is None else f"{p.best:.2f} (trial {p.best_trial})"
     return (f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed | best {best} | "
-            f"{verdict_counts(p.verdicts)} | elapsed {_clock(time.monotonic() - p.started)} | ETA {_clock(p.eta())}")
+            f"{verdict_counts(p.verdicts)}{_repairs(p)} | elapsed {_clock(time.monotonic() - p.started)} | "
+            f"ETA {_clock(p.eta())}")
+
+
+def _repairs(p: Progress) -> str:
+    if not (p.repairs or p.repairing):
+        return ""
+    done = ", ".join(f"{k} {v}" for k, v in sorted(p.repairs.items()))
+    return f" | repairs: {done or '-'}" + (f", {p.repairing} running" if p.repairing else "")
 
 
 def verdict_counts(counts: dict[str, int]) -> str:
@@ -39,7 +47,7 @@ class LiveDisplay:
     def __init__(self, console: Console) -> None:
         self.console = console
         self._live: Any = None
-        self._last_done = -1
+        self._last_done: tuple[int, int] = (-1, -1)
 
     def __enter__(self) -> "LiveDisplay":
         if self.console.is_terminal:
@@ -56,8 +64,8 @@ class LiveDisplay:
     def __call__(self, p: Progress) -> None:
         if self._live is not None:
             self._live.update(summary_line(p))
-        elif p.done != self._last_done:
-            self._last_done = p.done
+        elif (p.done, sum(p.repairs.values())) != self._last_done:
+            self._last_done = (p.done, sum(p.repairs.values()))
             self.console.print(summary_line(p), highlight=False)
 
 
@@ -74,6 +82,10 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
         params = attrs.get("rlsweep.params", t.params)
         text = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, float) else f'{v:.4g}'}"
                          for k, v in params.items())
+        if "rlsweep.repair_of" in attrs:
+            outcome += f" (repair of {attrs['rlsweep.repair_of']})"
+            patch = ", ".join(f"{k}={json.dumps(v)}" for k, v in (attrs.get("rlsweep.repair_patch") or {}).items())
+            text = (text + "; " if text else "") + f"patch: {patch}"
         if "rlsweep.error" in attrs:
             text += f"\n[red]{attrs['rlsweep.error'][:300]}[/red]"
         value = "-" if t.value is None else f"{t.value:.2f}"

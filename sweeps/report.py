@@ -253,6 +253,14 @@ def summary(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[st
         best.add_row(str(t.number), f"{t.score:.2f}", ", ".join(f"{r:.1f}" for r in t.returns.values()),
                      ", ".join(f"{k}={v}" for k, v in t.params.items()) or "-")
     console.print(best if res.safe() else "no safe config: every finished trial failed on a seed")
+    repairs = repair_rows(res)
+    if repairs:
+        table = Table(title="repairs (rlsweep repair; results/NAME/repairs.yaml)", title_justify="left")
+        for column in REPAIR_COLUMNS:
+            table.add_column(column, overflow="fold")
+        for row in repairs:
+            table.add_row(*row)
+        console.print(table)
     prone = failure_prone(res, imp)
     if prone:
         console.print("most failure-prone hyperparameters (fANOVA importance for failing): "
@@ -261,6 +269,32 @@ def summary(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[st
         text = "; ".join(info[k] for k in ("below", "above", "inside", "note") if k in info)
         if text:
             console.print(f"  {name}: safe {info.get('safe')}; {text}", highlight=False)
+
+
+REPAIR_COLUMNS = ("trial", "verdict before -> after", "patch that worked", "return before -> after",
+                  "fresh seeds", "attempts")
+
+
+def repair_rows(res: SweepResults) -> list[tuple[str, ...]]:
+    """Per repaired (or not) trial, from ``repairs.yaml``: what it was, what fixed it, at what cost."""
+    from sweeps._yaml import load_yaml
+    from sweeps.repair import describe
+
+    path = res.spec.storage_dir / "repairs.yaml"
+    if not path.is_file():
+        return []
+    rows = []
+    for item in (load_yaml(path.read_text()) or {}).get("repairs", []):
+        confirm = item.get("confirm") or {}
+        before, after = item.get("mean_return_before"), item.get("mean_return_after")
+        rows.append((str(item["trial"]) + ("" if item.get("strategy", "findings") == "findings" else
+                                          f" ({item['strategy']})"),
+                     f"{item['verdict_before']} -> {item.get('verdict_after') or '-'}",
+                     describe(item["patch"]) if item.get("patch") else f"{item['status']}: {item.get('message', '')}",
+                     f"{'-' if before is None else f'{before:.4g}'} -> {'-' if after is None else f'{after:.4g}'}",
+                     f"score {confirm['score']} on {confirm['seeds']}" if confirm else "-",
+                     str(item.get("attempts_used", 0))))
+    return rows
 
 
 def html_page(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[str, Any]) -> str:
@@ -272,6 +306,9 @@ def html_page(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[
     range_rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(json.dumps(i.get('safe')))}</td>"
                          f"<td>{html.escape('; '.join(i[k] for k in ('below', 'above', 'inside', 'note') if k in i))}</td></tr>"
                          for n, i in ranges.items())
+    repairs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in repair_rows(res))
+    repair_table = ("<h2>Repairs</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in REPAIR_COLUMNS) + "</tr>"
+                    + repairs + "</table>") if repairs else ""
     figures = "".join(f'<figure><img src="{f}" alt="{f}"><figcaption>{f}</figcaption></figure>' for f in FIGURES)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rlsweep report: {html.escape(res.spec.name)}</title>
@@ -284,6 +321,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px}}img{{max-width:100%}}</style></hea
 <h2>Best safe configs</h2><p>{html.escape(SCORE_RULE)}</p>
 <table><tr><th>trial</th><th>score</th><th>params</th></tr>{best}</table>
 <h2>Safe ranges</h2><table><tr><th>hyperparameter</th><th>safe</th><th>outside</th></tr>{range_rows}</table>
+{repair_table}
 <h2>Figures</h2>{figures}
 </body></html>
 """

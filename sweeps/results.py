@@ -12,6 +12,7 @@ from typing import Any
 
 from sweeps import spec as spec_module
 from sweeps.errors import UsageError
+from sweeps.study import CONFIRM, REPAIR_OF, REPAIR_PATCH
 
 # The robust score that ranks configs: mean minus (population) standard deviation of the
 # per-seed evaluation returns. It rewards configs that are good on every seed, not lucky on one;
@@ -31,6 +32,9 @@ class TrialRecord:
     verdict: str | None = None
     value: float | None = None
     error: str = ""
+    repair_of: int | None = None       # a repair attempt: the failing trial it repairs
+    patch: dict[str, Any] = field(default_factory=dict)    # the repair's knob patch
+    confirm: dict[str, Any] | None = None                  # a repair's run on fresh seeds
 
     @property
     def failed_seeds(self) -> int:
@@ -64,12 +68,25 @@ class SweepResults:
 
     @property
     def finished(self) -> list[TrialRecord]:
-        return [t for t in self.trials if t.outcome in ("complete", "unstable", "crashed")]
+        """The sampled trials that finished (repair attempts are not among them: see ``repairs``)."""
+        return [t for t in self.trials if t.outcome in ("complete", "unstable", "crashed") and t.repair_of is None]
 
-    def safe(self) -> list[TrialRecord]:
-        """Safe configs, best robust score first."""
+    @property
+    def repairs(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.repair_of is not None]
+
+    def repaired(self) -> list[TrialRecord]:
+        """Repair attempts that are safe on the trial's seeds and, where they were confirmed, on the
+        fresh seeds too; best robust score first."""
         n = len(self.spec.seed_list)
-        return sorted((t for t in self.finished if t.safe(n)), key=lambda t: (-t.score, t.number))
+        ok = [t for t in self.repairs if t.safe(n) and (t.confirm is None or t.confirm.get("safe"))]
+        return sorted(ok, key=lambda t: (-t.score, t.number))
+
+    def safe(self, with_repairs: bool = False) -> list[TrialRecord]:
+        """Safe configs, best robust score first; ``with_repairs`` adds the repaired configs."""
+        n = len(self.spec.seed_list)
+        chosen = [t for t in self.finished if t.safe(n)] + (self.repaired() if with_repairs else [])
+        return sorted(chosen, key=lambda t: (-t.score, t.number))
 
 
 def sweep_folder(name: str) -> Path:
@@ -102,5 +119,6 @@ def load(name: str) -> SweepResults:
             number=t.number, state=t.state.name, outcome=outcome, params=dict(attrs.get("rlsweep.params", {})),
             returns={int(k): float(v) for k, v in attrs.get("rlsweep.returns", {}).items()},
             verdicts={int(k): v for k, v in attrs.get("rlsweep.verdicts", {}).items()},
-            verdict=attrs.get("rlsweep.verdict"), value=t.value, error=attrs.get("rlsweep.error", "")))
+            verdict=attrs.get("rlsweep.verdict"), value=t.value, error=attrs.get("rlsweep.error", ""),
+            repair_of=attrs.get(REPAIR_OF), patch=dict(attrs.get(REPAIR_PATCH) or {}), confirm=attrs.get(CONFIRM)))
     return SweepResults(spec, records, study)

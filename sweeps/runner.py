@@ -6,7 +6,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from rich.console import Console
 
@@ -45,7 +45,7 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None) -> Progress:
+def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, repair: Any = None) -> Progress:
     from sweeps import algos, backends, study
     from sweeps.driver import Driver
     from sweeps.progress import LiveDisplay, trials_table
@@ -85,8 +85,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None) -> 
             console.print(f"[bold]{spec.name}[/bold]: {spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
                           f"{len(spec.seed_list)} seeds, {spec.total_timesteps} steps each, {n_workers} "
                           f"{backend} at once", highlight=False)
+            driver = Driver(spec, be, tracker, the_study, repair=repair)
             with LiveDisplay(console) as display:
-                progress = Driver(spec, be, tracker, the_study, on_change=display).run()
+                driver.on_change = display
+                progress = driver.run()
+        if driver.plans:
+            report_repairs(spec, driver.plans, console)
         if progress.retried:
             console.print(f"{progress.retried} job(s) ran again after their worker died (backend.max_failures)")
         if progress.requeued:
@@ -96,6 +100,125 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None) -> 
                   f"Browse: rlsweep ui {spec.name}    Trials: rlsweep status {spec.name}\n"
                   f"Safe configs: rlsweep export {spec.name}    Figures: rlsweep report {spec.name}", highlight=False)
     return progress
+
+
+def report_repairs(spec: SweepSpec, plans: list, console: Console) -> None:
+    from sweeps import repair
+
+    path = spec.storage_dir / "repairs.yaml"
+    repair.write_summary(path, plans)
+    console.print("[bold]repairs[/bold]")
+    for line in repair.render(plans):
+        console.print(line, highlight=False, markup=False)
+    console.print(f"wrote {path}", highlight=False)
+
+
+def failing_trials(results: Any, wanted: list[int] | None) -> list[Any]:
+    """The trials ``rlsweep repair`` works on: those named, or every failing sampled trial that no
+    earlier repair fixed. A named trial that is unknown, a repair attempt, or safe is refused."""
+    by_number = {t.number: t for t in results.trials}
+    fixed = {t.repair_of for t in results.repaired()}
+    if not wanted:
+        return [t for t in results.finished if t.failure_class and t.number not in fixed]
+    problems = []
+    for n in wanted:
+        t = by_number.get(n)
+        if t is None:
+            problems.append(f"trial {n} does not exist (trials 0-{len(results.trials) - 1})")
+        elif t.repair_of is not None:
+            problems.append(f"trial {n} is itself a repair attempt of trial {t.repair_of}")
+        elif t.outcome not in ("complete", "unstable", "crashed"):
+            problems.append(f"trial {n} has not finished ({t.outcome})")
+        elif not t.failure_class:
+            problems.append(f"trial {n} is healthy on every seed: there is nothing to repair")
+    if problems:
+        raise UsageError(f"rlsweep repair {results.spec.name}: " + "; ".join(problems) + ". Failing trials: "
+                         + (", ".join(str(t.number) for t in results.finished if t.failure_class) or "none"))
+    return [by_number[n] for n in wanted]
+
+
+def repair_sweep(name: str, console: Console, trials: list[int] | None = None, settings: Any = None,
+                 workers: int | None = None) -> list:
+    """``rlsweep repair NAME``: re-train the sweep's failing trials with their findings' patches,
+    in the sweep's stores and on its backend. Returns the plans."""
+    from sweeps import algos, backends, results, study
+    from sweeps.driver import Driver
+    from sweeps.progress import LiveDisplay
+    from sweeps.repair import RepairSettings
+    from sweeps.tracking import BackgroundTracker
+
+    res = results.load(name)
+    spec, settings = res.spec, settings or RepairSettings()
+    chosen = failing_trials(res, trials)
+    if not chosen:
+        console.print(f"{name}: no failing trial to repair ({len(res.finished)} finished, "
+                      f"{len({t.repair_of for t in res.repaired()})} already repaired)", highlight=False)
+        return []
+    with sweep_lock(spec.storage_dir):
+        jobs = len(chosen) * len(settings.seeds or spec.seed_list)
+        n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1, jobs))
+        with backends.make(spec.backend, n_workers, warm_imports=(algos.info(spec.algo).module,),
+                           storage=spec.storage_dir) as be:
+            tracker = BackgroundTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
+            the_study = study.open_study(spec)
+            driver = Driver(spec, be, tracker, the_study, repair=settings, open_trials=False)
+            frozen = {t.number: t for t in the_study.get_trials(deepcopy=False)}
+            for t in chosen:
+                f = frozen[t.number]
+                driver.plans.append(driver.plan_for(t.number, t.params, t.failure_class or "crashed", t.returns,
+                                                    spec.seed_list,
+                                                    list(f.user_attrs.get(study.PATCHES, [])), dict(f.params),
+                                                    dict(f.distributions)))
+            console.print(f"[bold]{name}[/bold]: repairing trial(s) {', '.join(str(t.number) for t in chosen)}, "
+                          f"at most {settings.max_attempts} attempt(s) each ({settings.strategy} patches), "
+                          f"{be.capacity} at once", highlight=False)
+            with LiveDisplay(console) as display:
+                driver.on_change = display
+                driver.run()
+    report_repairs(spec, driver.plans, console)
+    return driver.plans
+
+
+def repair_config(spec_path: str, config_path: str | None, console: Console, settings: Any,
+                  workers: int | None = None) -> list:
+    """``rlsweep repair --spec SWEEP.yaml --trial-config CONFIG.yaml``: train the spec's fixed
+    hyperparams (with the config's over them) on the spec's seeds, classify, and repair it if it
+    fails. It runs as a one-trial sweep of its own, ``NAME-repair-HASH``, so every store, tag and
+    command (status, export, report) works on it."""
+    import hashlib
+    import json
+
+    from sweeps import spec as spec_module
+    from sweeps._yaml import YamlError, load_yaml
+    from sweeps.errors import Issue, SpecError
+
+    spec = spec_module.load(spec_path)
+    overlay: Any = {}
+    if config_path:
+        try:
+            overlay = load_yaml(Path(config_path).read_text())
+        except OSError as exc:
+            raise UsageError(f"--trial-config {config_path}: cannot read it ({exc.strerror})") from None
+        except YamlError as exc:
+            raise SpecError(config_path, [Issue("", str(exc))]) from None
+        if isinstance(overlay, dict) and isinstance(overlay.get("hyperparams"), dict):
+            overlay = overlay["hyperparams"]
+        if not isinstance(overlay, dict):
+            raise SpecError(config_path, [Issue("", "expected a mapping of hyperparameters (or an exported config "
+                                                    "with a 'hyperparams' mapping)")])
+    raw = spec.model_dump(mode="json", exclude_unset=True)
+    hyperparams = dict(raw.get("hyperparams", {})) | overlay
+    tag = hashlib.sha256(json.dumps(hyperparams, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    raw.update(name=f"{spec.name}-repair-{tag}", hyperparams=hyperparams, space={}, trials=1, storage={},
+               stability=raw.get("stability", {}) | {"repair": {"auto": True, "max_attempts": settings.max_attempts,
+                                                                  "confirm": settings.confirm}})
+    source = f"{config_path} over {spec_path}" if config_path else spec_path
+    single = spec_module.from_dict(raw, source=source)
+    if (single.storage_dir / "optuna.db").is_file():
+        console.print(f"{single.name}: this config was trained before; repairing it from its results", highlight=False)
+        return repair_sweep(single.name, console, None, settings, workers)
+    run_sweep(single, console, workers=workers, repair=settings)
+    return []
 
 
 def _describe(spec: SweepSpec) -> str:

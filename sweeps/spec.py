@@ -62,6 +62,16 @@ class TrackingSpec(_Model):
     experiment: str | None = None
 
 
+class RepairSpec(_Model):
+    """``stability.repair``: after a trial fails, re-train it with the knob patches its findings carry
+    (see :mod:`sweeps.repair`), inside the sweep's worker pool. Bounded: repair jobs never exceed the
+    sweep's own jobs (trials x seeds), so a sweep's budget at most doubles."""
+
+    auto: bool = False
+    max_attempts: int = Field(2, ge=1, le=10)
+    confirm: bool = True   # confirm a repair on fresh seeds (as many as the trial had)
+
+
 class StabilitySpec(_Model):
     """Failure classification. ``stop_on`` ends a trial as soon as its verdict is one of these;
     ``stop_siblings`` also stops the trial's other seeds already running (else they run to their
@@ -73,6 +83,7 @@ class StabilitySpec(_Model):
     thresholds: str | None = None   # a YAML file overriding conf/stability.yaml's defaults
     # info keys by which the env says it replaced the agent's action (None: the built-in list)
     override_keys: list[str] | None = None
+    repair: RepairSpec = RepairSpec()
 
 
 class ResourcesSpec(_Model):

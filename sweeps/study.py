@@ -1,8 +1,10 @@
 """The Optuna side of a sweep: the on-disk study, its sampler, and resuming after a crash.
 
 Trial user attributes written here (read by ``status`` and later by export/report):
-``rlsweep.outcome`` (complete | crashed | interrupted), ``rlsweep.params`` (decoded values as
-JSON), ``rlsweep.returns`` ({seed: mean return}), ``rlsweep.error`` (type: message).
+``rlsweep.outcome`` (complete | unstable | crashed | interrupted), ``rlsweep.params`` (decoded
+values as JSON), ``rlsweep.returns`` ({seed: mean return}), ``rlsweep.error`` (type: message), and
+for repairs (:mod:`sweeps.repair`) the keys below. A repair attempt is a trial of its own, added
+finished with its real params; it never counts towards ``trials``.
 """
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ from sweeps.spec import SweepSpec
 
 OUTCOME = "rlsweep.outcome"
 VERDICT = "rlsweep.verdict"
+PATCHES = "rlsweep.patches"          # a failed trial's candidate knob patches, in repair's order
+REPAIR_OF = "rlsweep.repair_of"      # on a repair attempt: the failing trial it repairs
+REPAIR_ATTEMPT = "rlsweep.repair_attempt"
+REPAIR_PATCH = "rlsweep.repair_patch"
+CONFIRM = "rlsweep.confirm"          # a repair's scores on fresh seeds
 _FINGERPRINT = "rlsweep.fingerprint"
 # Keys that may change between runs of the same sweep without making it a different sweep.
 _MUTABLE = ("trials", "workers", "tracking")
@@ -22,6 +29,7 @@ _MUTABLE = ("trials", "workers", "tracking")
 
 def fingerprint(spec: SweepSpec) -> str:
     data = {k: v for k, v in spec.resolved().items() if k not in _MUTABLE}
+    data["stability"].pop("repair", None)  # how failures are repaired does not change what was sampled
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -84,14 +92,15 @@ def counted(study: Any) -> list[Any]:
     from optuna.trial import TrialState
 
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [t for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get(OUTCOME) != "interrupted"]
+    return [t for t in study.get_trials(deepcopy=False, states=done)
+            if t.user_attrs.get(OUTCOME) != "interrupted" and REPAIR_OF not in t.user_attrs]
 
 
 def outcomes(study: Any) -> dict[int, dict[str, Any]]:
     """Per finished trial what MLflow must agree with: outcome, objective, per-seed returns, error."""
     out = {}
     for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished():
+        if t.state.is_finished() and REPAIR_OF not in t.user_attrs:  # repairs have runs of their own
             out[t.number] = {"outcome": t.user_attrs.get(OUTCOME, t.state.name.lower()), "value": t.value,
                              "returns": t.user_attrs.get("rlsweep.returns", {}),
                              "error": t.user_attrs.get("rlsweep.error", "")}

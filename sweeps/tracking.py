@@ -52,21 +52,39 @@ class MlflowTracker:
         self._last_flush = time.monotonic()
 
     # --- runs -----------------------------------------------------------------------------
-    def start_trial(self, trial: int, params: dict[str, Any], resolved_spec: dict[str, Any]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial}",
-                                     tags={TAG_SWEEP: self.sweep, TAG_TRIAL: str(trial)})
+    def start_trial(self, trial: int | None, params: dict[str, Any], resolved_spec: dict[str, Any],
+                    name: str | None = None, tags: dict[str, str] | None = None) -> str:
+        """A trial's parent run. ``trial=None`` (a repair attempt) has no ``rlsweep.trial`` tag: it is
+        not one of the study's sampled trials, so resuming never closes it as one."""
+        base = {TAG_SWEEP: self.sweep} | ({TAG_TRIAL: str(trial)} if trial is not None else {})
+        run = self.client.create_run(self.experiment_id, run_name=name or f"trial-{trial}", tags=base | (tags or {}))
         run_id = run.info.run_id
         self._log_params(run_id, params)
         self.client.log_dict(run_id, resolved_spec, "spec.resolved.json")
         return run_id
 
-    def start_seed(self, trial: int, seed: int, parent_id: str, params: dict[str, Any]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial}-seed-{seed}",
-                                     tags={TAG_SWEEP: self.sweep, TAG_TRIAL: str(trial), TAG_SEED: str(seed),
-                                           "mlflow.parentRunId": parent_id})
+    def start_seed(self, trial: int | None, seed: int, parent_id: str, params: dict[str, Any],
+                   name: str | None = None, tags: dict[str, str] | None = None) -> str:
+        base = {TAG_SWEEP: self.sweep, TAG_SEED: str(seed), "mlflow.parentRunId": parent_id} | (
+            {TAG_TRIAL: str(trial)} if trial is not None else {})
+        run = self.client.create_run(self.experiment_id, run_name=name or f"trial-{trial}-seed-{seed}",
+                                     tags=base | (tags or {}))
         run_id = run.info.run_id
         self._log_params(run_id, {**params, "seed": seed})
         return run_id
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, v[:5000]) for k, v in tags.items()])
+
+    def find_trial_run(self, trial: int) -> str | None:
+        """The parent run of a sampled trial of this sweep, or None."""
+        runs = self.client.search_runs([self.experiment_id], max_results=1,
+                                       filter_string=f"tags.`{TAG_SWEEP}` = '{self.sweep}' and "
+                                                     f"tags.`{TAG_TRIAL}` = '{trial}' and "
+                                                     f"attributes.run_name = 'trial-{trial}'")
+        return runs[0].info.run_id if runs else None
 
     def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param

@@ -1,0 +1,394 @@
+"""Repair: from a failing trial's findings to a config that trains healthy, checked on fresh seeds.
+
+A *plan* repairs one failing trial. Each *attempt* re-trains the trial's config with a knob patch
+on the trial's seeds; the driver runs attempts as jobs like any trial's, so repairs share the
+sweep's worker pool on either backend. Which patch an attempt tries:
+
+1. the first patch the failing trial's findings carry (causes first: the verdict's class, then
+   the other findings, in the detectors' order);
+2. after an attempt that still fails: that attempt's patch *plus* the first new patch its own
+   findings carry (the findings of the patched run, computed from its config, so never a value
+   it already has). When the attempt offers nothing new (a crash with no finding, or healthy
+   seeds that returned less), its patch is dropped and the next untried candidate is used alone.
+
+An attempt is a repair when every seed is ``healthy`` and its mean return is at least the
+failing config's (where the failing config returned anything). It is then confirmed on as many
+fresh seeds as the trial had, seeds the sweep never used; only a confirmed attempt counts as
+repaired. A failed confirmation uses up no attempt but ends that line of patches.
+
+The ``random`` strategy is the baseline the benchmark compares with: the same attempt loop, with
+patches drawn at random from the same menu of knob changes instead of from the findings.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+STRATEGIES = ("findings", "random")
+# Patches whose knob holds a mapping merge into the config's mapping instead of replacing it.
+_MERGED = ("normalize", "init_gains")
+# What a crash with no finding gets: the general stabilisers, gentlest first.
+_CRASH_MENU = ("clip", "lr/3", "normalize_reward")
+
+
+# --- patches --------------------------------------------------------------------------------------
+def apply_patch(hyperparams: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``hyperparams`` with ``patch`` applied, as a spec would write them (the input is not changed).
+
+    ``learning_rate`` keeps the config's schedule shape: ``lin_X`` becomes ``lin_<new>``, and a
+    ``{schedule, initial, final, critic}`` mapping is scaled as a whole. ``normalize`` and
+    ``init_gains`` merge into what the config has (``normalize: true`` already normalises rewards).
+    """
+    out = copy.deepcopy(dict(hyperparams))
+    for knob, value in patch.items():
+        if knob == "learning_rate":
+            out[knob] = _scaled_rate(out.get(knob), float(value))
+        elif knob in _MERGED and isinstance(value, Mapping):
+            current = out.get(knob)
+            if current is True and knob == "normalize":
+                current = {"reward": True, "obs": True}
+            merged = dict(current) if isinstance(current, Mapping) else {}
+            if knob == "normalize" and not isinstance(current, Mapping):
+                merged["obs"] = False  # from off: turn on only what the patch names
+            merged.update(copy.deepcopy(dict(value)))
+            out[knob] = merged
+        else:
+            out[knob] = copy.deepcopy(value)
+    return out
+
+
+def _scaled_rate(current: Any, new: float) -> Any:
+    if isinstance(current, str) and current.startswith("lin_"):
+        return f"lin_{new:g}"
+    if isinstance(current, Mapping) and "initial" in current:
+        factor = new / float(current["initial"])
+        scaled = dict(current, initial=new)
+        for key in ("final", "critic"):
+            if key in scaled:
+                scaled[key] = float(f"{float(scaled[key]) * factor:.4g}")
+        return scaled
+    return new
+
+
+def initial_rate(hyperparams: Mapping[str, Any], default: float) -> float:
+    value = hyperparams.get("learning_rate", default)
+    if isinstance(value, str) and value.startswith("lin_"):
+        return float(value[len("lin_"):])
+    if isinstance(value, Mapping):
+        return float(value["initial"])
+    return float(value)
+
+
+def merge(*patches: Mapping[str, Any]) -> dict[str, Any]:
+    """Later patches win per knob; mapping-valued knobs merge."""
+    out: dict[str, Any] = {}
+    for patch in patches:
+        for knob, value in patch.items():
+            if knob in _MERGED and isinstance(value, Mapping) and isinstance(out.get(knob), Mapping):
+                out[knob] = {**out[knob], **value}
+            else:
+                out[knob] = copy.deepcopy(value)
+    return out
+
+
+def describe(patch: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}: {json.dumps(v)}" for k, v in patch.items()) or "(none)"
+
+
+def candidates(verdicts: Mapping[Any, Mapping[str, Any]], priority: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The failing trial's patches, in order: certain findings before warnings, causes before
+    consequences (``priority``), then each finding's own order; duplicates once."""
+    findings = [f for v in verdicts.values() for f in v.get("findings", [])]
+    findings.sort(key=lambda f: (not f.get("certain", True),
+                                 priority.index(f["kind"]) if f.get("kind") in priority else 99))
+    out: list[dict[str, Any]] = []
+    for f in findings:
+        for p in f.get("patches") or []:
+            item = {"patch": p["patch"], "why": p.get("why", ""), "source": f["kind"]}
+            if all(c["patch"] != item["patch"] for c in out):
+                out.append(item)
+    return out
+
+
+def menu(hyperparams: Mapping[str, Any], default_lr: float, continuous: bool, on_policy: bool) -> list[dict[str, Any]]:
+    """Every knob change repair may try, for the random baseline (and crashes without findings):
+    the same kinds of change the detectors advise, minus those the config already has."""
+    lr = initial_rate(hyperparams, default_lr)
+    items: list[tuple[str, dict[str, Any]]] = [
+        ("lr/3", {"learning_rate": float(f"{lr / 3:.3g}")}),
+        ("lr/10", {"learning_rate": float(f"{lr / 10:.3g}")}),
+        ("normalize_reward", {"normalize": {"reward": True}}),
+        ("weight_decay", {"weight_decay": 0.0}),
+    ]
+    if on_policy:
+        items += [("clip", {"max_grad_norm": 0.5}), ("vf_coef", {"vf_coef": 0.5}), ("ent_coef_0", {"ent_coef": 0.0}),
+                  ("ent_coef", {"ent_coef": 0.01}), ("value_gain", {"init_gains": {"value": 1.0}}),
+                  ("normalize_advantage", {"normalize_advantage": True})]
+    if continuous:
+        items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
+    out = []
+    for name, patch in items:
+        if not _has(hyperparams, patch):
+            out.append({"patch": patch, "why": f"menu: {name}", "source": "menu", "name": name})
+    return out
+
+
+def _has(hyperparams: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    """The config already holds every value of ``patch``."""
+    applied = apply_patch(hyperparams, patch)
+    return all(applied.get(k) == hyperparams.get(k) for k in patch)
+
+
+# --- one trial's plan ------------------------------------------------------------------------------
+@dataclass
+class RepairSettings:
+    max_attempts: int = 2
+    confirm: bool = True              # confirm a passing attempt on fresh seeds before calling it repaired
+    strategy: str = "findings"        # or "random": the benchmark's baseline
+    budget: int | None = None         # the most repair seed runs (auto repair: the sweep's own size)
+    seeds: list[int] | None = None    # re-train on these instead of the trial's seeds
+    rng_seed: int = 0
+
+
+@dataclass
+class Attempt:
+    number: int                              # 1-based
+    patch: dict[str, Any]                    # the whole patch over the failing config
+    added: dict[str, Any]                    # what this attempt added to the previous one
+    why: str
+    source: str                              # the finding class the patch came from, or "random"/"menu"
+    verdicts: dict[int, str] = field(default_factory=dict)
+    returns: dict[int, float] = field(default_factory=dict)
+    crashed: list[int] = field(default_factory=list)
+    offered: list[dict[str, Any]] = field(default_factory=list)  # the patches this attempt's findings carry
+    trial: int | None = None                 # its Optuna trial, once told
+    run_id: str = ""
+    verdict: str = ""
+    confirm: dict[str, Any] | None = None    # {seeds, verdicts, returns, mean_return, score, safe}
+    result: str = ""                         # why it passed or not
+    state: dict[str, Any] = field(default_factory=dict)  # the driver's record of its seeds
+
+    @property
+    def mean_return(self) -> float | None:
+        return statistics.fmean(self.returns.values()) if self.returns else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"attempt": self.number, "patch": self.patch, "why": self.why, "source": self.source,
+               "verdict": self.verdict, "verdicts": dict(sorted(self.verdicts.items())),
+               "returns": {s: round(r, 4) for s, r in sorted(self.returns.items())},
+               "mean_return": None if self.mean_return is None else round(self.mean_return, 4),
+               "result": self.result, "trial": self.trial}
+        if self.confirm is not None:
+            out["confirm"] = self.confirm
+        return out
+
+
+@dataclass
+class Plan:
+    """Repairing one failing trial; the driver asks it what to run next and tells it what came back."""
+
+    origin: int
+    params: dict[str, Any]                   # the failing trial's sampled values, by dotted name
+    verdict: str                             # its failure class ("crashed" for an unclassified crash)
+    returns: dict[int, float]                # its seeds' evaluation returns, where any finished
+    seeds: list[int]
+    fresh: list[int]                         # confirmation seeds, never used by the sweep
+    candidates: list[dict[str, Any]]
+    max_attempts: int
+    strategy: str = "findings"
+    menu: list[dict[str, Any]] = field(default_factory=list)
+    rng_seed: int = 0
+    attempts: list[Attempt] = field(default_factory=list)
+    status: str = "pending"                  # pending | repaired | failed | budget | interrupted
+    message: str = ""
+    check: Callable[[dict[str, Any]], str | None] | None = None  # why a patch cannot be applied, or None
+    context: dict[str, Any] = field(default_factory=dict)         # the driver's: Optuna params, MLflow run
+    accepted: Attempt | None = None
+    skipped: list[str] = field(default_factory=list)               # patches refused by ``check``, and why
+    _tried: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> float | None:
+        """The failing config's mean return, which a repair must reach; None when no seed returned."""
+        return statistics.fmean(self.returns.values()) if self.returns else None
+
+    @property
+    def repaired(self) -> Attempt | None:
+        return self.accepted
+
+    def accept(self, attempt: Attempt) -> None:
+        """A passing attempt without confirmation (``confirm: false``)."""
+        self.accepted = attempt
+        self.finish("repaired", f"attempt {attempt.number} ({describe(attempt.patch)}) is healthy on seeds "
+                                f"{self.seeds} (not confirmed on fresh seeds)")
+
+    def _usable(self, patch: dict[str, Any]) -> bool:
+        problem = self.check(patch) if self.check else None
+        if problem and f"{describe(patch)}: {problem}" not in self.skipped:
+            self.skipped.append(f"{describe(patch)}: {problem}")
+        return problem is None
+
+    def next_attempt(self) -> Attempt | None:
+        """The next attempt to run, or None (and ``status``/``message`` say why) when there is none."""
+        if len(self.attempts) >= self.max_attempts:
+            self.finish("failed", f"no repair within {self.max_attempts} attempt(s)")
+            return None
+        last = self.attempts[-1] if self.attempts else None
+        chosen = self._extend(last) if last is not None else None
+        if chosen is None:
+            chosen = self._fresh_candidate()
+        if chosen is None:
+            self.finish("failed", "no patch left to try: " + (
+                "the findings carry no knob patch" if not self.candidates and self.strategy == "findings"
+                else "every candidate was tried"))
+            return None
+        patch, added, why, source = chosen
+        self._tried.append(patch)
+        attempt = Attempt(len(self.attempts) + 1, patch, added, why, source)
+        self.attempts.append(attempt)
+        return attempt
+
+    def _extend(self, last: Attempt) -> tuple[dict, dict, str, str] | None:
+        """After a failing attempt: keep its patch and add one more, from its findings (or at random)."""
+        if last.confirm is not None or not last.verdicts or all(v == "healthy" for v in last.verdicts.values()):
+            return None  # healthy seeds that returned too little, or a failed confirmation: the patch goes
+        if self.strategy == "random":
+            options = [m for m in self.menu if not any(k in last.patch for k in m["patch"])
+                       and self._usable(merge(last.patch, m["patch"]))]
+            pick = self._rng(len(self.attempts)).choice(options) if options else None
+        else:
+            pick = next((p for p in last.offered if not any(k in last.patch for k in p["patch"])
+                         and merge(last.patch, p["patch"]) not in self._tried
+                         and self._usable(merge(last.patch, p["patch"]))), None)
+        if pick is None:
+            return None
+        patch = merge(last.patch, pick["patch"])
+        return patch, pick["patch"], pick["why"], pick.get("source", "random")
+
+    def _fresh_candidate(self) -> tuple[dict, dict, str, str] | None:
+        if self.strategy == "random":
+            options = [m for m in self.menu if m["patch"] not in self._tried and self._usable(m["patch"])]
+            if not options:
+                return None
+            pick = self._rng(len(self.attempts)).choice(options)
+            return pick["patch"], pick["patch"], pick["why"], "random"
+        pool = self.candidates or [m for m in self.menu if m.get("name") in _CRASH_MENU]
+        pick = next((c for c in pool if c["patch"] not in self._tried and self._usable(c["patch"])), None)
+        if pick is None:
+            return None
+        return pick["patch"], pick["patch"], pick["why"], pick.get("source", "menu")
+
+    def _rng(self, salt: int) -> random.Random:
+        return random.Random(self.rng_seed * 1000 + self.origin * 31 + salt)
+
+    def passes(self, attempt: Attempt) -> tuple[bool, str]:
+        """Whether an attempt's seeds make it a repair (before confirmation), and why not."""
+        if attempt.crashed:
+            return False, f"seed(s) {attempt.crashed} crashed"
+        bad = {s: v for s, v in attempt.verdicts.items() if v != "healthy"}
+        if bad:
+            return False, "still " + ", ".join(sorted(set(bad.values()))) + f" on seed(s) {sorted(bad)}"
+        if len(attempt.returns) < len(self.seeds):
+            return False, "not every seed was evaluated"
+        base, mean = self.baseline, attempt.mean_return
+        if base is not None and mean is not None and mean < base - 1e-9 * max(1.0, abs(base)):
+            return False, f"healthy but returns {mean:.4g} < the failing config's {base:.4g}"
+        return True, "healthy on every seed"
+
+    def confirmed(self, attempt: Attempt, verdicts: dict[int, str], returns: dict[int, float]) -> bool:
+        ok = (all(v == "healthy" for v in verdicts.values()) and len(returns) == len(self.fresh)
+              and len(verdicts) == len(self.fresh))
+        attempt.confirm = {"seeds": list(self.fresh), "verdicts": dict(sorted(verdicts.items())),
+                           "returns": {s: round(r, 4) for s, r in sorted(returns.items())},
+                           "mean_return": round(statistics.fmean(returns.values()), 4) if returns else None,
+                           "score": _score(list(returns.values())), "safe": ok}
+        if ok:
+            self.accepted = attempt
+            self.finish("repaired", f"attempt {attempt.number} ({describe(attempt.patch)}) is healthy on "
+                                     f"seeds {self.seeds} and on fresh seeds {self.fresh}")
+        return ok
+
+    def finish(self, status: str, message: str) -> None:
+        if self.status == "pending":
+            self.status, self.message = status, message
+
+    def to_dict(self) -> dict[str, Any]:
+        fixed = self.repaired
+        return {"trial": self.origin, "status": self.status, "message": self.message, "strategy": self.strategy,
+                "verdict_before": self.verdict, "returns_before": {s: round(r, 4) for s, r in sorted(self.returns.items())},
+                "mean_return_before": None if self.baseline is None else round(self.baseline, 4),
+                "verdict_after": fixed.verdict if fixed else (self.attempts[-1].verdict if self.attempts else None),
+                "patch": fixed.patch if fixed else None,
+                "mean_return_after": round(fixed.mean_return, 4) if fixed and fixed.mean_return is not None else None,
+                "repaired_trial": fixed.trial if fixed else None,
+                "confirm": fixed.confirm if fixed else None,
+                "attempts_used": len(self.attempts), "attempts": [a.to_dict() for a in self.attempts],
+                **({"not_applicable": self.skipped} if self.skipped else {})}
+
+
+def _score(values: list[float]) -> float | None:
+    if not values:
+        return None
+    return round(statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0), 4)
+
+
+def fresh_seeds(used: list[int], n: int) -> list[int]:
+    """``n`` seeds above every seed the sweep used (the confirmation seeds of export and repair)."""
+    top = max(used) if used else 0
+    return list(range(top + 1, top + 1 + n))
+
+
+def finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+# --- the summary ---------------------------------------------------------------------------------
+def write_summary(path: Path, plans: list[Plan]) -> dict[str, Any]:
+    """Write ``repairs.yaml``: this run's plans replace earlier entries for the same trial and
+    strategy; the others are kept. Returns the document written."""
+    from sweeps._yaml import dump_yaml, load_yaml
+
+    entries: dict[tuple[int, str], dict[str, Any]] = {}
+    if path.is_file():
+        for item in (load_yaml(path.read_text()) or {}).get("repairs", []):
+            entries[(int(item["trial"]), item.get("strategy", "findings"))] = item
+    for plan in plans:
+        entries[(plan.origin, plan.strategy)] = plan.to_dict()
+    items = [entries[k] for k in sorted(entries)]
+    totals: dict[str, int] = {}
+    for item in items:
+        totals[item["status"]] = totals.get(item["status"], 0) + 1
+    doc = {"rule": "repaired: every seed healthy, mean return at least the failing config's, then every fresh "
+                   "seed healthy", "totals": totals, "repairs": items}
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(dump_yaml(doc))
+    tmp.replace(path)
+    return doc
+
+
+def render(plans: list[Plan]) -> list[str]:
+    """One line per repaired or failed trial, then its attempts."""
+    lines = []
+    for plan in plans:
+        before = "-" if plan.baseline is None else f"{plan.baseline:.4g}"
+        head = f"trial {plan.origin} ({plan.verdict}, return {before}): {plan.status}"
+        fixed = plan.repaired
+        if fixed is not None:
+            after = "-" if fixed.mean_return is None else f"{fixed.mean_return:.4g}"
+            confirm = fixed.confirm
+            fresh = f"; fresh seeds {confirm['seeds']}: score {confirm['score']}" if confirm else ""
+            head += f" by {describe(fixed.patch)} -> healthy, return {after}{fresh} (trial {fixed.trial})"
+        else:
+            head += f": {plan.message}"
+        lines.append(head)
+        for a in plan.attempts:
+            lines.append(f"  attempt {a.number}: {describe(a.patch)} -> {a.verdict or '-'}; {a.result}"
+                         + ("" if a.confirm is None else
+                            f"; fresh seeds {'healthy' if a.confirm['safe'] else a.confirm['verdicts']}"))
+    return lines
