@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import statistics
 import time
 from collections import deque
@@ -103,7 +104,7 @@ class Driver:
         self.plans: list[rp.Plan] = []
         self._repair_jobs = 0
         self._next_key = -1           # repair jobs are keyed by negative numbers: never an Optuna trial's
-        self._menu_facts: tuple[float, bool, bool] | None = None
+        self._menu_facts: tuple[dict[str, Any], bool, bool] | None = None
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -343,29 +344,26 @@ class Driver:
         settings = self.repair or rp.RepairSettings()
         seeds = settings.seeds or seeds
         _, (config,) = trial_configs(self.spec, number, params, [0], {})
-        lr, continuous, on_policy = self._facts()
+        defaults, continuous, on_policy = self._facts()
         plan = rp.Plan(number, params, verdict, returns, seeds,
                        rp.fresh_seeds(sorted(set(self.spec.seed_list) | set(seeds)), len(seeds)),
                        patches, settings.max_attempts, settings.strategy,
-                       rp.menu(config.hyperparams, lr, continuous, on_policy), settings.rng_seed)
+                       rp.menu(config.hyperparams, defaults, continuous, on_policy), settings.rng_seed)
         plan.check = lambda patch: self._patch_problem(config.hyperparams, patch)
         plan.context = {"optuna_params": optuna_params, "distributions": distributions, "parent_run": parent_run}
         return plan
 
-    def _facts(self) -> tuple[float, bool, bool]:
-        """The algorithm's default learning rate, whether the env's actions are continuous, and
-        whether the algorithm is on-policy: what the repair menu depends on."""
+    def _facts(self) -> tuple[dict[str, Any], bool, bool]:
+        """The algorithm's defaults, whether the env's actions are continuous, and whether the
+        algorithm is on-policy: what the repair menu depends on."""
         if self._menu_facts is None:
-            import inspect
-
             from sweeps import algos, envs
 
-            default = inspect.signature(algos.load_class(self.spec.algo)).parameters["learning_rate"].default
             venv = envs.make_vec_env(self.spec.env.model_dump(), 1, seed=0)
             continuous = type(venv.action_space).__name__ == "Box"
             venv.close()
-            on_policy = self.spec.algo not in ("SAC", "TD3", "TQC", "DQN", "QRDQN")
-            self._menu_facts = (float(default) if isinstance(default, (int, float)) else 3e-4, continuous, on_policy)
+            self._menu_facts = (rp.constructor_defaults(algos.load_class(self.spec.algo)), continuous,
+                                self.spec.algo not in ("SAC", "TD3", "TQC", "DQN", "QRDQN"))
         return self._menu_facts
 
     def _patch_problem(self, hyperparams: dict[str, Any], patch: dict[str, Any]) -> str | None:
@@ -492,8 +490,9 @@ class Driver:
                  st.PATCHES: attempt.offered, "rlsweep.repair_result": attempt.result}
         if attempt.confirm is not None:
             attrs[st.CONFIRM] = attempt.confirm
-        if state_of["outcome"] == "complete":
-            value = _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values()))
+        value = _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values())) \
+            if state_of["outcome"] == "complete" and state_of["returns"] else math.nan
+        if math.isfinite(value):
             frozen = optuna.trial.create_trial(params=params, distributions=dists, value=value, user_attrs=attrs)
         else:
             state = TrialState.FAIL if state_of["outcome"] == "crashed" else TrialState.PRUNED

@@ -33,6 +33,8 @@ from typing import Any, Callable, Mapping
 STRATEGIES = ("findings", "random")
 # Patches whose knob holds a mapping merge into the config's mapping instead of replacing it.
 _MERGED = ("normalize", "init_gains")
+# What rlsweep's knobs are when a config leaves them out (SB3's orthogonal-init gains, no decay).
+_KNOB_DEFAULTS = {"weight_decay": 0.0, "init_gains": {"hidden": math.sqrt(2), "policy": 0.01, "value": 1.0}}
 # What a crash with no finding gets: the general stabilisers, gentlest first.
 _CRASH_MENU = ("clip", "lr/3", "normalize_reward")
 
@@ -116,10 +118,12 @@ def candidates(verdicts: Mapping[Any, Mapping[str, Any]], priority: tuple[str, .
     return out
 
 
-def menu(hyperparams: Mapping[str, Any], default_lr: float, continuous: bool, on_policy: bool) -> list[dict[str, Any]]:
+def menu(hyperparams: Mapping[str, Any], defaults: Mapping[str, Any], continuous: bool,
+         on_policy: bool) -> list[dict[str, Any]]:
     """Every knob change repair may try, for the random baseline (and crashes without findings):
-    the same kinds of change the detectors advise, minus those the config already has."""
-    lr = initial_rate(hyperparams, default_lr)
+    the same kinds of change the detectors advise, minus those the config already has
+    (``defaults``: the algorithm's constructor defaults, for knobs the config leaves out)."""
+    lr = initial_rate(hyperparams, float(defaults.get("learning_rate", 3e-4)))
     items: list[tuple[str, dict[str, Any]]] = [
         ("lr/3", {"learning_rate": float(f"{lr / 3:.3g}")}),
         ("lr/10", {"learning_rate": float(f"{lr / 10:.3g}")}),
@@ -134,7 +138,7 @@ def menu(hyperparams: Mapping[str, Any], default_lr: float, continuous: bool, on
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
     out = []
     for name, patch in items:
-        if not _has(hyperparams, patch):
+        if not _has({**_KNOB_DEFAULTS, **defaults, **hyperparams}, patch):
             out.append({"patch": patch, "why": f"menu: {name}", "source": "menu", "name": name})
     return out
 
@@ -142,7 +146,21 @@ def menu(hyperparams: Mapping[str, Any], default_lr: float, continuous: bool, on
 def _has(hyperparams: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """The config already holds every value of ``patch``."""
     applied = apply_patch(hyperparams, patch)
-    return all(applied.get(k) == hyperparams.get(k) for k in patch)
+    return all(_same(applied.get(k), hyperparams.get(k)) for k in patch)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return bool(a == b)
+
+
+def constructor_defaults(algo_class: type) -> dict[str, Any]:
+    """An algorithm's keyword defaults (``learning_rate``, ``ent_coef``, ``max_grad_norm``, ...)."""
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(algo_class).parameters.items()
+            if p.default is not inspect.Parameter.empty and isinstance(p.default, (int, float, str, bool))}
 
 
 # --- one trial's plan ------------------------------------------------------------------------------
@@ -244,15 +262,21 @@ class Plan:
         if chosen is None:
             chosen = self._fresh_candidate()
         if chosen is None:
-            self.finish("failed", "no patch left to try: " + (
-                "the findings carry no knob patch" if not self.candidates and self.strategy == "findings"
-                else "every candidate was tried"))
+            self.finish("failed", self._nothing_left())
             return None
         patch, added, why, source = chosen
         self._tried.append(patch)
         attempt = Attempt(len(self.attempts) + 1, patch, added, why, source)
         self.attempts.append(attempt)
         return attempt
+
+    def _nothing_left(self) -> str:
+        if self.attempts or self.strategy != "findings" or self.candidates:
+            return "no patch left to try: every candidate was tried"
+        if self.verdict == "degenerate_reward":
+            return ("not repairable with knobs: the reward never varies, so no learning rate, clipping or "
+                    "normalisation gives the policy a signal; fix the env's reward")
+        return f"not repairable with knobs: the {self.verdict} findings carry no knob patch"
 
     def _extend(self, last: Attempt) -> tuple[dict, dict, str, str] | None:
         """After a failing attempt: keep its patch and add one more, from its findings (or at random)."""
@@ -278,7 +302,8 @@ class Plan:
                 return None
             pick = self._rng(len(self.attempts)).choice(options)
             return pick["patch"], pick["patch"], pick["why"], "random"
-        pool = self.candidates or [m for m in self.menu if m.get("name") in _CRASH_MENU]
+        pool = self.candidates or ([m for m in self.menu if m.get("name") in _CRASH_MENU]
+                                   if self.verdict == "crashed" else [])
         pick = next((c for c in pool if c["patch"] not in self._tried and self._usable(c["patch"])), None)
         if pick is None:
             return None

@@ -149,12 +149,13 @@ def repair_sweep(name: str, console: Console, trials: list[int] | None = None, s
 
     res = results.load(name)
     spec, settings = res.spec, settings or RepairSettings()
-    chosen = failing_trials(res, trials)
-    if not chosen:
-        console.print(f"{name}: no failing trial to repair ({len(res.finished)} finished, "
-                      f"{len({t.repair_of for t in res.repaired()})} already repaired)", highlight=False)
-        return []
-    with sweep_lock(spec.storage_dir):
+    with sweep_lock(spec.storage_dir):  # a sweep still running is refused before anything is read
+        res = results.load(name)
+        chosen = failing_trials(res, trials)
+        if not chosen:
+            console.print(f"{name}: no failing trial to repair ({len(res.finished)} finished, "
+                          f"{len({t.repair_of for t in res.repaired()})} already repaired)", highlight=False)
+            return []
         jobs = len(chosen) * len(settings.seeds or spec.seed_list)
         n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1, jobs))
         with backends.make(spec.backend, n_workers, warm_imports=(algos.info(spec.algo).module,),
@@ -166,9 +167,8 @@ def repair_sweep(name: str, console: Console, trials: list[int] | None = None, s
             for t in chosen:
                 f = frozen[t.number]
                 driver.plans.append(driver.plan_for(t.number, t.params, t.failure_class or "crashed", t.returns,
-                                                    spec.seed_list,
-                                                    list(f.user_attrs.get(study.PATCHES, [])), dict(f.params),
-                                                    dict(f.distributions)))
+                                                    spec.seed_list, list(f.user_attrs.get(study.PATCHES, [])),
+                                                    dict(f.params), dict(f.distributions)))
             console.print(f"[bold]{name}[/bold]: repairing trial(s) {', '.join(str(t.number) for t in chosen)}, "
                           f"at most {settings.max_attempts} attempt(s) each ({settings.strategy} patches), "
                           f"{be.capacity} at once", highlight=False)

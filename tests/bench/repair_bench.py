@@ -1,0 +1,356 @@
+"""Repair benchmark: how often ``rlsweep repair`` turns a failing config into a healthy one, against
+a baseline that applies random knob changes from the same menu, scored the same way.
+
+    python tests/bench/repair_bench.py [--jobs 2] [--only CASE ...] [--skip-repros] [--skip-corpus]
+
+Two sets of failing configs:
+
+* **The corpus's held-out half** (``conf/corpus``, run first by ``make corpus``). The cases chosen,
+  by a rule fixed before any repair ran: held-out, trained by SB3, built as a failure, and at least
+  one seed *labelled* failing by the corpus's privileged measurements. Each is repaired with the
+  same attempt loop as ``rlsweep repair`` (:class:`sweeps.repair.Plan`), at most 2 attempts of 3
+  seeds, then 3 fresh seeds. The loop decides from rlsweep's verdicts, as the product does; the
+  score uses the independent labels: a config counts as **repaired** only when every attempt
+  seed and every fresh seed is labelled healthy and its mean return (fresh rollouts, the label's
+  own measurement) is at least the failing config's.
+* **The reproductions** (``conf/sweeps/repro_*``) with their failing settings, as one-trial
+  sweeps, repaired by the real ``rlsweep repair`` path (stores, backends, Optuna, MLflow); scored
+  by rlsweep's verdicts on the trial's seeds and on fresh seeds (no labels exist for them).
+
+Writes ``results/benchmarks/repair.md`` and ``repair.json``; runs are kept under
+``results/repair_bench/`` so an interrupted benchmark resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path[:0] = [str(REPO), str(HERE / "corpus")]
+
+OUT = REPO / "results" / "repair_bench"
+BENCH = REPO / "results" / "benchmarks"
+CORPUS_RUNS = REPO / "results" / "corpus" / "runs"
+SEEDS, FRESH, MAX_ATTEMPTS = [1, 2, 3], [4, 5, 6], 2
+STRATEGIES = ("findings", "random")
+
+
+# --- the corpus part -------------------------------------------------------------------------------
+def failing_cases() -> list[dict[str, Any]]:
+    """The held-out failing SB3 cases, with each seed's label, verdict and return from the corpus."""
+    import labels
+    import score
+    from run import load_cases
+
+    runs = score.load_runs(CORPUS_RUNS)
+    refs = score.references(runs)
+    by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by_case[run["case"]].append(run)
+    chosen = []
+    for case in load_cases():
+        if case["split"] != "heldout" or case["path"] != "sb3" or case["class"] == "healthy":
+            continue
+        runs_ = sorted(by_case.get(case["id"], []), key=lambda r: r["seed"])
+        if len(runs_) != len(SEEDS):
+            continue
+        truth = [labels.label(r, refs.get(case["env_name"])) for r in runs_]
+        if all(t == "healthy" for t in truth):
+            continue
+        chosen.append({"case": case, "labels": truth, "reference": refs.get(case["env_name"]),
+                       "verdicts": {r["seed"]: r["callback_verdict"] for r in runs_},
+                       "returns": {r["seed"]: labels.mean_return(r["measurements"]["rollouts"].get("end"))
+                                   for r in runs_}})
+    return chosen
+
+
+def _menu_facts(case: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
+    from sweeps import algos
+    from sweeps.envs import env_factory
+    from sweeps.repair import constructor_defaults
+
+    space = env_factory(case["env"])().action_space
+    return (constructor_defaults(algos.load_class(case["algo"])), type(space).__name__ == "Box",
+            case["algo"] not in ("SAC", "TD3", "TQC"))
+
+
+def _train(case: dict[str, Any], patch: dict[str, Any], seed: int, folder: Path) -> dict[str, Any]:
+    """One seed of the case with ``patch`` applied: rlsweep's verdict, the label, the return. Kept on disk."""
+    import labels
+    from run import _jsonable, run_sb3
+
+    from sweeps.repair import apply_patch
+
+    done = folder / f"s{seed}.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    patched = dict(case, hyperparams=apply_patch(case.get("hyperparams", {}), patch))
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        run = run_sb3(patched, seed, folder / f"s{seed}")
+    except Exception as exc:  # the runner itself failed: a crash of this attempt
+        run = {"error": f"{type(exc).__name__}: {exc}", "callback_verdict": {"verdict": "healthy", "findings": []},
+               "measurements": None}
+    out = {"verdict": run["callback_verdict"], "error": run.get("error"),
+           "seconds": round(time.perf_counter() - started, 2)}
+    if run.get("measurements"):
+        out["label"] = labels.label(run, case.get("_reference"))
+        out["return"] = labels.mean_return(run["measurements"]["rollouts"].get("end"))
+    else:
+        out["label"], out["return"] = "crash", math.nan
+    done.write_text(json.dumps(out, default=_jsonable))
+    return out
+
+
+def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
+    """The attempt loop of ``rlsweep repair`` on one corpus case, with one strategy."""
+    import torch
+
+    from stability.verdict import PRIORITY
+    from sweeps import repair as rp
+
+    torch.set_num_threads(1)
+    item, strategy = job
+    case = dict(item["case"], _reference=item["reference"])
+    finite = {s: r for s, r in item["returns"].items() if math.isfinite(r)}
+    defaults, continuous, on_policy = _menu_facts(case)
+    plan = rp.Plan(0, {}, _worst(item["verdicts"]), finite, SEEDS, FRESH,
+                   rp.candidates(item["verdicts"], PRIORITY), MAX_ATTEMPTS, strategy,
+                   rp.menu(case.get("hyperparams", {}), defaults, continuous, on_policy))
+    plan.rng_seed = sum(map(ord, case["id"]))  # stable across processes (str hash is salted)
+    plan.check = lambda patch: _applicable(case, patch)
+    root = OUT / "corpus" / case["id"] / strategy
+    record: dict[str, Any] = {"case": case["id"], "class": case["class"], "mechanism": case["mechanism"],
+                              "strategy": strategy, "labels_before": item["labels"],
+                              "verdicts_before": {s: v["verdict"] for s, v in item["verdicts"].items()},
+                              "return_before": plan.baseline, "attempts": [], "runs": 0, "seconds": 0.0}
+    truth_ok = False
+    while (attempt := plan.next_attempt()) is not None:
+        seeds = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in SEEDS]
+        record["runs"] += len(seeds)
+        record["seconds"] += sum(r["seconds"] for r in seeds)
+        attempt.verdicts = {s: r["verdict"]["verdict"] for s, r in zip(SEEDS, seeds)}
+        attempt.crashed = [s for s, r in zip(SEEDS, seeds) if r["error"] and r["verdict"]["verdict"] == "healthy"]
+        attempt.returns = {s: r["return"] for s, r in zip(SEEDS, seeds) if math.isfinite(r["return"])}
+        attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds)}, PRIORITY)
+        ok, attempt.result = plan.passes(attempt)
+        row = {"attempt": attempt.number, "patch": attempt.patch, "verdicts": attempt.verdicts,
+               "labels": [r["label"] for r in seeds], "mean_return": attempt.mean_return, "passes": ok,
+               "why": attempt.result}
+        record["attempts"].append(row)
+        if not ok:
+            continue
+        fresh = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in FRESH]
+        record["runs"] += len(fresh)
+        record["seconds"] += sum(r["seconds"] for r in fresh)
+        confirmed = plan.confirmed(attempt, {s: r["verdict"]["verdict"] for s, r in zip(FRESH, fresh)},
+                                   {s: r["return"] for s, r in zip(FRESH, fresh) if math.isfinite(r["return"])})
+        row["fresh_verdicts"] = [r["verdict"]["verdict"] for r in fresh]
+        row["fresh_labels"] = [r["label"] for r in fresh]
+        row["confirmed"] = confirmed
+        all_labels = row["labels"] + row["fresh_labels"]
+        returns = [r["return"] for r in seeds if math.isfinite(r["return"])]
+        reaches = plan.baseline is None or (len(returns) == len(SEEDS) and statistics.fmean(returns) >= plan.baseline)
+        row["labels_healthy"] = all(lab == "healthy" for lab in all_labels) and reaches
+        if confirmed:
+            truth_ok = row["labels_healthy"]
+            break
+    record["status"] = plan.status
+    record["message"] = plan.message
+    record["repaired_by_verdict"] = plan.status == "repaired"
+    record["repaired"] = plan.status == "repaired" and truth_ok       # by the independent labels
+    record["attempts_used"] = len(plan.attempts)
+    record["not_applicable"] = plan.skipped
+    return record
+
+
+def _worst(verdicts: dict[int, dict[str, Any]]) -> str:
+    from stability.verdict import PRIORITY
+
+    names = [v["verdict"] for v in verdicts.values() if v["verdict"] != "healthy"]
+    return min(names, key=PRIORITY.index) if names else "healthy"
+
+
+def _applicable(case: dict[str, Any], patch: dict[str, Any]) -> str | None:
+    """What the driver checks before an attempt: the patched config must validate as a spec."""
+    from sweeps.errors import SpecError
+    from sweeps.repair import apply_patch
+    from sweeps.spec import from_dict
+
+    raw = {"name": "bench", "env": {k: v for k, v in case["env"].items()}, "algo": case["algo"],
+           "policy": case["policy"], "total_timesteps": case["total_timesteps"],
+           "hyperparams": apply_patch(case.get("hyperparams", {}), patch)}
+    try:
+        from_dict(raw)
+    except SpecError as exc:
+        return "; ".join(f"{i.path}: {i.message}" for i in exc.issues)
+    return None
+
+
+# --- the reproductions -------------------------------------------------------------------------------
+REPROS = {
+    "a2c_nan_scale": ("repro_a2c_nan_scale", {"learning_rate": 0.1, "max_grad_norm": "off",
+                                             "log_std_bounds": [-103, 88], "normalize": {"reward": False}}),
+    "recurrent_dead": ("repro_recurrent_dead", {"normalize": {"obs": True, "clip_obs": 10.0, "reward": False}}),
+    "recurrent_zero_reward": ("repro_recurrent_zero_reward", {}),
+}
+
+
+def repair_repro(name: str) -> list[dict[str, Any]]:
+    """One reproduction as a one-trial sweep, then ``rlsweep repair`` with each strategy."""
+    import os
+
+    from rich.console import Console
+
+    from sweeps import spec as spec_module
+    from sweeps.repair import RepairSettings
+    from sweeps.runner import repair_sweep, run_sweep
+
+    conf, overlay = REPROS[name]
+    folder = OUT / "repros" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chdir(folder)  # the sweep's results/ and MLflow store live here
+    spec_module.RESULTS_DIR = folder / "results"
+    raw = spec_module.load(REPO / "conf" / "sweeps" / f"{conf}.yaml").model_dump(mode="json", exclude_unset=True)
+    raw.update(name=name, space={}, trials=1, hyperparams=raw.get("hyperparams", {}) | overlay)
+    spec = spec_module.from_dict(raw, source=conf)
+    console = Console(file=open(folder / "log.txt", "a"), width=160)
+    if not (spec.storage_dir / "optuna.db").is_file():
+        run_sweep(spec, console, workers=2)
+    out = []
+    for strategy in STRATEGIES:
+        started = time.perf_counter()
+        plans = repair_sweep(name, console, [0], RepairSettings(max_attempts=MAX_ATTEMPTS, strategy=strategy,
+                                                                rng_seed=7), workers=2)
+        for plan in plans:
+            d = plan.to_dict()
+            jobs = sum(len(plan.seeds) + (len(plan.fresh) if a.confirm else 0) for a in plan.attempts)
+            out.append({"repro": name, "strategy": strategy, "status": d["status"], "message": d["message"],
+                        "verdict_before": d["verdict_before"], "patch": d["patch"], "attempts_used": d["attempts_used"],
+                        "mean_return_before": d["mean_return_before"], "mean_return_after": d["mean_return_after"],
+                        "runs": jobs, "trial_runs": len(plan.seeds), "seconds": round(time.perf_counter() - started, 1),
+                        "attempts": [{"patch": a["patch"], "verdict": a["verdict"], "result": a["result"]}
+                                     for a in d["attempts"]]})
+    return out
+
+
+# --- the report ------------------------------------------------------------------------------------
+def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list[str]:
+    lines = ["# Repair benchmark", "",
+             "`python tests/bench/repair_bench.py` (part of `make bench`). Failing configs are re-trained with",
+             "knob patches, at most 2 attempts of 3 seeds each, then confirmed on 3 fresh seeds.",
+             "**findings**: the patches the verdict's findings carry (what `rlsweep repair` does);",
+             "**random**: the same loop with random knob changes from the same menu (the baseline).", ""]
+    if corpus:
+        lines += ["## Held-out failing corpus cases", "",
+                  "Counted as repaired only when every attempt seed and every fresh seed is *labelled* healthy by",
+                  "the corpus's privileged measurements (not by rlsweep's verdicts) and the mean return is at",
+                  "least the failing config's. `by verdict` is what rlsweep itself would report.", "",
+                  "| class (built as) | cases | findings: repaired | findings: by verdict | random: repaired | "
+                  "random: by verdict |", "|---|---|---|---|---|---|"]
+        classes = sorted({r["class"] for r in corpus})
+        for cls in classes + ["all"]:
+            rows = {s: [r for r in corpus if r["strategy"] == s and (cls == "all" or r["class"] == cls)]
+                    for s in STRATEGIES}
+            n = len(rows["findings"])
+            cells = []
+            for s in STRATEGIES:
+                cells += [f"{sum(r['repaired'] for r in rows[s])}/{len(rows[s])}",
+                          f"{sum(r['repaired_by_verdict'] for r in rows[s])}/{len(rows[s])}"]
+            name = f"**{cls}**" if cls == "all" else cls
+            lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+        lines += [""]
+        for s in STRATEGIES:
+            rows = [r for r in corpus if r["strategy"] == s]
+            fixed = [r for r in rows if r["repaired"]]
+            false_fix = [r for r in rows if r["repaired_by_verdict"] and not r["repaired"]]
+            runs = sum(r["runs"] for r in rows)
+            lines.append(f"- **{s}**: {len(fixed)}/{len(rows)} repaired "
+                         f"({len(fixed) / max(len(rows), 1):.0%}); attempts per repair "
+                         f"{statistics.fmean([r['attempts_used'] for r in fixed]) if fixed else float('nan'):.2f}; "
+                         f"{len(false_fix)} called repaired by rlsweep's verdicts that the labels reject; "
+                         f"compute {runs} seed runs = {runs / (len(rows) * len(SEEDS)):.2f}x re-running these "
+                         f"configs once as a fresh sweep of the same size ({sum(r['seconds'] for r in rows) / 60:.0f} "
+                         f"CPU-minutes)")
+        lines += ["", "| case | class | labels before | findings: patch | result | random: patch | result |",
+                  "|---|---|---|---|---|---|---|"]
+        by_case: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+        for r in corpus:
+            by_case[r["case"]][r["strategy"]] = r
+        for case, both in sorted(by_case.items()):
+            cells = []
+            for s in STRATEGIES:
+                r = both.get(s)
+                if r is None:
+                    cells += ["-", "-"]
+                    continue
+                last = r["attempts"][-1] if r["attempts"] else None
+                patch = json.dumps(last["patch"]) if last else "-"
+                verdict = "repaired" if r["repaired"] else ("verdict only" if r["repaired_by_verdict"] else r["status"])
+                labels_after = ",".join(last["labels"] + last.get("fresh_labels", [])) if last else ""
+                cells += [patch.replace("|", "/"), f"{verdict} ({r['attempts_used']} att.; labels {labels_after})"]
+            first = next(iter(both.values()))
+            lines.append(f"| {case} | {first['class']} | {','.join(first['labels_before'])} | " + " | ".join(cells) + " |")
+    if repros:
+        lines += ["", "## Reproductions (the real `rlsweep repair` path, scored by rlsweep's verdicts)", "",
+                  "| reproduction | strategy | before | status | patch | attempts | return before -> after | "
+                  "seed runs (trial: 2) |", "|---|---|---|---|---|---|---|---|"]
+        for r in repros:
+            lines.append(f"| {r['repro']} | {r['strategy']} | {r['verdict_before']} | {r['status']} | "
+                         f"{json.dumps(r['patch']) if r['patch'] else r['message']} | {r['attempts_used']} | "
+                         f"{r['mean_return_before']} -> {r['mean_return_after']} | {r['runs']} |")
+        lines += ["", "The CleanRL PPO reproduction (stuck value loss) is a hand-written script, not a config",
+                  "rlsweep trains: `rlsweep diagnose` prints its patches, and nothing re-trains it."]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="*", default=None, help="corpus case ids")
+    parser.add_argument("--skip-repros", action="store_true")
+    parser.add_argument("--skip-corpus", action="store_true")
+    args = parser.parse_args(argv)
+    corpus: list[dict[str, Any]] = []
+    if not args.skip_corpus:
+        if not CORPUS_RUNS.is_dir():
+            print(f"no corpus runs in {CORPUS_RUNS}: run `make corpus` first", file=sys.stderr)
+            return 1
+        items = [i for i in failing_cases() if not args.only or i["case"]["id"] in args.only]
+        jobs = [(item, s) for item in items for s in STRATEGIES]
+        print(f"repairing {len(items)} held-out failing cases x {len(STRATEGIES)} strategies", flush=True)
+        with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+            for record in pool.imap_unordered(repair_case, jobs):
+                corpus.append(record)
+                print(f"{record['case']} [{record['strategy']}]: {record['status']}"
+                      f"{' (labels agree)' if record['repaired'] else ''} in {record['attempts_used']} attempt(s)",
+                      flush=True)
+    repros: list[dict[str, Any]] = []
+    if not args.skip_repros:
+        for name in REPROS:
+            with mp.get_context("spawn").Pool(1) as pool:  # its own cwd and results folder
+                repros += pool.apply(repair_repro, (name,))
+            print(f"reproduction {name}: {[(r['strategy'], r['status']) for r in repros if r['repro'] == name]}",
+                  flush=True)
+    BENCH.mkdir(parents=True, exist_ok=True)
+    corpus.sort(key=lambda r: (r["case"], r["strategy"]))
+    (BENCH / "repair.json").write_text(json.dumps({"corpus": corpus, "repros": repros}, indent=1, default=str))
+    (BENCH / "repair.md").write_text("\n".join(markdown(corpus, repros)) + "\n")
+    print(f"wrote {BENCH / 'repair.md'}")
+    counts = Counter((r["strategy"], r["repaired"]) for r in corpus)
+    print({f"{s}": f"{counts[(s, True)]}/{counts[(s, True)] + counts[(s, False)]}" for s in STRATEGIES})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""Repair: patch arithmetic and the attempt loop as pure logic, the driver's repair path against a
+scripted backend, and ``rlsweep repair`` end to end on the A2C nan_scale reproduction."""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from sweeps import repair as rp
+from sweeps.backends import Backend, Event
+from sweeps.spec import from_dict
+from sweeps.trial import TrialConfig
+from stability.verdict import PRIORITY
+from tests.helpers import stores
+
+
+# --- patches ------------------------------------------------------------------------------------
+def test_apply_patch_keeps_the_configs_shape_and_never_changes_its_input():
+    base = {"learning_rate": "lin_3e-4", "normalize": False, "init_gains": {"policy": 0.01}, "n_steps": 5}
+    out = rp.apply_patch(base, {"learning_rate": 1e-4, "normalize": {"reward": True}, "init_gains": {"value": 1.0},
+                                "max_grad_norm": 0.5})
+    assert out == {"learning_rate": "lin_0.0001", "normalize": {"obs": False, "reward": True},
+                   "init_gains": {"policy": 0.01, "value": 1.0}, "n_steps": 5, "max_grad_norm": 0.5}
+    assert base["normalize"] is False and base["init_gains"] == {"policy": 0.01}
+    schedule = {"learning_rate": {"schedule": "linear", "initial": 1e-3, "final": 1e-4, "critic": 2e-3}}
+    assert rp.apply_patch(schedule, {"learning_rate": 1e-4})["learning_rate"] == {
+        "schedule": "linear", "initial": 1e-4, "final": 1e-5, "critic": 2e-4}
+    # normalize: true already normalises rewards and observations; the patch keeps both
+    assert rp.apply_patch({"normalize": True}, {"normalize": {"reward": True}})["normalize"] == {
+        "reward": True, "obs": True}
+
+
+def _finding(kind: str, patches: list[dict[str, Any]], certain: bool = True) -> dict[str, Any]:
+    return {"kind": kind, "certain": certain, "patches": [{"patch": p, "why": kind} for p in patches]}
+
+
+def test_candidates_put_causes_before_consequences_and_warnings_last():
+    verdicts = {0: {"findings": [_finding("stuck_value_loss", [{"vf_coef": 0.5}]),
+                                 _finding("nan_scale", [{"log_std_bounds": [-5, 2]}], certain=False)]},
+                1: {"findings": [_finding("exploding_updates", [{"max_grad_norm": 0.5}, {"vf_coef": 0.5}])]}}
+    assert [c["patch"] for c in rp.candidates(verdicts, PRIORITY)] == [
+        {"max_grad_norm": 0.5}, {"vf_coef": 0.5}, {"log_std_bounds": [-5, 2]}]
+
+
+def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
+    items = {m["name"]: m["patch"] for m in rp.menu({"learning_rate": 3e-3, "ent_coef": 0.01},
+                                                    {"ent_coef": 0.0, "max_grad_norm": 0.5}, True, True)}
+    assert items["lr/3"] == {"learning_rate": 1e-3} and items["lr/10"] == {"learning_rate": 3e-4}
+    assert "clip" not in items and "ent_coef" not in items and "value_gain" not in items  # SB3's value gain is 1
+    assert "weight_decay" not in items and items["log_std_bounds"] == {"log_std_bounds": [-5, 2]}
+    assert "log_std_bounds" not in {m["name"] for m in rp.menu({}, {}, False, True)}
+
+
+# --- the plan -----------------------------------------------------------------------------------
+def _plan(candidates: list[dict[str, Any]], verdict: str = "nan_scale", returns: dict | None = None,
+          **kw: Any) -> rp.Plan:
+    return rp.Plan(3, {}, verdict, returns or {}, [0, 1], [2, 3],
+                   [{"patch": p, "why": "w", "source": verdict} for p in candidates], kw.pop("max_attempts", 2),
+                   menu=rp.menu({}, {"learning_rate": 7e-4}, True, True), **kw)
+
+
+def _finish(attempt: rp.Attempt, verdicts: list[str], returns: list[float], offered: list[dict] = ()) -> None:
+    attempt.verdicts = dict(enumerate(verdicts))
+    attempt.returns = dict(enumerate(returns))
+    attempt.offered = [{"patch": p, "why": "w", "source": "x"} for p in offered]
+
+
+def test_a_failing_attempt_keeps_its_patch_and_adds_the_next_finding():
+    plan = _plan([{"log_std_bounds": [-5, 2]}, {"learning_rate": 2e-4}])
+    first = plan.next_attempt()
+    assert first.patch == {"log_std_bounds": [-5, 2]}
+    _finish(first, ["nan_scale", "healthy"], [1.0], offered=[{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}])
+    assert plan.passes(first)[0] is False
+    second = plan.next_attempt()
+    assert second.patch == {"log_std_bounds": [-5, 2], "max_grad_norm": 0.5} and second.added == {"max_grad_norm": 0.5}
+    _finish(second, ["healthy", "healthy"], [5.0, 6.0])
+    assert plan.passes(second) == (True, "healthy on every seed")
+    assert plan.confirmed(second, {2: "healthy", 3: "healthy"}, {2: 4.0, 3: 6.0})
+    assert plan.status == "repaired" and plan.repaired is second
+    assert second.confirm["score"] == pytest.approx(4.0) and plan.to_dict()["attempts_used"] == 2
+    assert plan.next_attempt() is None and plan.status == "repaired"
+
+
+def test_a_healthy_attempt_that_returns_less_is_dropped_for_the_next_candidate():
+    plan = _plan([{"vf_coef": 0.5}, {"normalize": {"reward": True}}], verdict="stuck_value_loss",
+                 returns={0: 300.0, 1: 310.0})
+    first = plan.next_attempt()
+    _finish(first, ["healthy", "healthy"], [200.0, 210.0])
+    ok, why = plan.passes(first)
+    assert not ok and "< the failing config's 305" in why
+    assert plan.next_attempt().patch == {"normalize": {"reward": True}}  # alone: the first patch hurt returns
+    assert plan.next_attempt() is None and plan.status == "failed" and "2 attempt(s)" in plan.message
+
+
+def test_a_failed_confirmation_uses_no_attempt_but_ends_that_line():
+    plan = _plan([{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}])
+    first = plan.next_attempt()
+    _finish(first, ["healthy", "healthy"], [1.0, 1.0])
+    assert not plan.confirmed(first, {2: "healthy", 3: "nan_scale"}, {2: 1.0})
+    assert plan.status == "pending" and plan.next_attempt().patch == {"max_grad_norm": 0.5}
+
+
+def test_what_knobs_cannot_repair_is_said_not_tried():
+    degenerate = _plan([], verdict="degenerate_reward")
+    assert degenerate.next_attempt() is None and degenerate.status == "failed"
+    assert "reward never varies" in degenerate.message and not degenerate.attempts
+    crashed = _plan([], verdict="crashed")  # an unclassified crash gets the general stabilisers
+    first = crashed.next_attempt()
+    assert first.source == "menu" and first.patch == {"learning_rate": 0.000233}
+
+
+def test_patches_the_config_cannot_take_are_skipped_and_named():
+    plan = _plan([{"max_grad_norm": 0.5}, {"learning_rate": 1e-4}],
+                 check=lambda p: "SAC has no max_grad_norm" if "max_grad_norm" in p else None)
+    assert plan.next_attempt().patch == {"learning_rate": 1e-4}
+    assert plan.to_dict()["not_applicable"] == ["max_grad_norm: 0.5: SAC has no max_grad_norm"]
+
+
+def test_the_random_baseline_draws_from_the_menu_reproducibly():
+    draws = []
+    for _ in range(2):
+        plan = _plan([{"max_grad_norm": 0.5}], strategy="random", rng_seed=5)
+        draws.append(plan.next_attempt().patch)
+    assert draws[0] == draws[1] and draws[0] in [m["patch"] for m in plan.menu]
+
+
+def test_the_summary_file_keeps_other_trials_and_replaces_a_rerun(tmp_path):
+    path = tmp_path / "repairs.yaml"
+    a, b = _plan([{"vf_coef": 0.5}]), _plan([], verdict="degenerate_reward")
+    b.origin = 4
+    a.next_attempt()
+    b.next_attempt()
+    rp.write_summary(path, [a, b])
+    a.finish("failed", "gave up")
+    doc = rp.write_summary(path, [a])
+    assert [r["trial"] for r in doc["repairs"]] == [3, 4] and doc["totals"] == {"failed": 2}
+    assert yaml.safe_load(path.read_text())["repairs"][0]["message"] == "gave up"
+
+
+# --- the driver, against a scripted backend -------------------------------------------------------
+class Scripted(Backend):
+    """Runs nothing: each job's verdict comes from ``outcome(hyperparams, seed)``."""
+
+    name = "scripted"
+
+    def __init__(self, outcome: Any, capacity: int = 2) -> None:
+        self.outcome, self.capacity, self.events, self.submitted = outcome, capacity, [], []
+
+    def submit(self, config: TrialConfig) -> None:
+        self.submitted.append(config)
+        verdict, ret = self.outcome(config.hyperparams, config.seed)
+        finding = {"kind": verdict, "certain": True, "onset_step": 10, "summary": "", "evidence": {}, "advice": [],
+                   "causes": [], "patches": [{"patch": p, "why": "w"} for p in _PATCHES.get(verdict, [])]}
+        payload = {"verdict": {"verdict": verdict, "onset_step": None if verdict == "healthy" else 10,
+                               "findings": [] if verdict == "healthy" else [finding]},
+                   "mean_return": ret, "std_return": 0.0, "train_seconds": 0.1, "eval_seconds": 0.1,
+                   "stopped_by": None, "context": {}}
+        self.events += [Event("started", config.key, {"worker": "w"}), Event("finished", config.key, payload)]
+
+    def poll(self, timeout: float) -> list[Event]:
+        out, self.events = self.events, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+_PATCHES = {"nan_scale": [{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}]}
+
+
+class Recorder:
+    """The tracker's interface, writing to lists."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def start_trial(self, trial, params, resolved, name=None, tags=None) -> str:
+        run = f"run{len(self.runs)}"
+        self.runs[run] = {"name": name or f"trial-{trial}", "tags": dict(tags or {}), "end": None}
+        return run
+
+    def start_seed(self, trial, seed, parent, params, name=None, tags=None) -> str:
+        return self.start_trial(trial, params, {}, name or f"trial-{trial}-seed-{seed}", tags)
+
+    def end_run(self, run_id, status, metrics=None, tags=None, texts=None, files=None) -> None:
+        self.runs[run_id]["end"] = status
+        self.runs[run_id]["tags"] |= tags or {}
+
+    def set_tags(self, run_id, tags) -> None:
+        self.runs[run_id]["tags"] |= tags
+
+    def find_trial_run(self, trial) -> str | None:
+        return next((r for r, d in self.runs.items() if d["name"] == f"trial-{trial}"), None)
+
+    def reconcile(self, outcomes) -> int:
+        return 0
+
+    def log_metrics(self, *args) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    flush_if_due = flush
+
+
+def _driver(outcome: Any, repair: rp.RepairSettings | None = None, trials: int = 1, auto: bool = True):
+    from sweeps.driver import Driver
+
+    spec = from_dict({"name": "scripted", "env": {"id": "Pendulum-v1"}, "algo": "A2C", "total_timesteps": 1000,
+                      "seeds": 2, "trials": trials, "space": {"learning_rate": {"type": "choice", "values": [0.1, 0.2]}},
+                      "stability": {"repair": {"auto": auto, "max_attempts": 2}}})
+    study = optuna.create_study(direction="maximize")
+    backend, tracker = Scripted(outcome), Recorder()
+    return Driver(spec, backend, tracker, study, repair=repair), study, backend, tracker
+
+
+def test_auto_repair_runs_in_the_sweep_and_records_each_attempt_as_a_new_trial():
+    def outcome(hp: dict, seed: int) -> tuple[str, float]:
+        return ("healthy", 10.0 + seed) if hp.get("log_std_bounds") == [-5, 2] else ("nan_scale", -100.0)
+
+    driver, study, backend, tracker = _driver(outcome, rp.RepairSettings(budget=8))
+    progress = driver.run()
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]  # the failing one was scored (no stop_on)
+    original, fixed = trials
+    assert original.user_attrs["rlsweep.verdict"] == "nan_scale" and "rlsweep.repair_of" not in original.user_attrs
+    assert original.user_attrs["rlsweep.patches"][0]["patch"] == {"log_std_bounds": [-5, 2]}
+    assert fixed.user_attrs["rlsweep.repair_of"] == 0 and fixed.user_attrs["rlsweep.repair_patch"] == {
+        "log_std_bounds": [-5, 2]}
+    assert fixed.params == {"learning_rate": original.params["learning_rate"], "patch.log_std_bounds": "[-5, 2]"}
+    assert fixed.value == pytest.approx(10.5) and fixed.user_attrs["rlsweep.confirm"]["seeds"] == [2, 3]
+    assert progress.done == 1 and progress.repairs == {"repaired": 1}
+    seeds_run = sorted((c.trial < 0, c.seed) for c in backend.submitted)
+    assert seeds_run == [(False, 0), (False, 1), (True, 0), (True, 1), (True, 2), (True, 3)]
+    parent = tracker.runs[tracker.find_trial_run(0)]
+    assert parent["tags"]["rlsweep.repaired_by"] and parent["tags"]["rlsweep.repair"].startswith("repaired")
+    repair_runs = [r for r in tracker.runs.values() if r["tags"].get("rlsweep.repair_of") == "0"]
+    assert {r["name"] for r in repair_runs} >= {"trial-0-repair-1", "trial-0-repair-1-confirm"}
+    from sweeps import study as st
+
+    assert [t.number for t in st.counted(study)] == [0]  # repairs never count towards 'trials'
+
+
+def test_repair_combines_patches_and_stops_at_max_attempts():
+    def both(hp: dict, seed: int) -> tuple[str, float]:
+        fixed = hp.get("log_std_bounds") == [-5, 2] and hp.get("max_grad_norm") == 0.5
+        return ("healthy", 1.0) if fixed else ("nan_scale", -100.0)
+
+    driver, study, _, _ = _driver(both, rp.RepairSettings(max_attempts=2))
+    driver.run()
+    plan = driver.plans[0]
+    assert plan.status == "repaired" and plan.repaired.patch == {"log_std_bounds": [-5, 2], "max_grad_norm": 0.5}
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "COMPLETE", "COMPLETE"]
+
+    driver, study, _, _ = _driver(lambda hp, seed: ("nan_scale", -100.0), rp.RepairSettings(max_attempts=2))
+    driver.run()
+    plan = driver.plans[0]
+    assert plan.status == "failed" and len(plan.attempts) == 2 and "2 attempt(s)" in plan.message
+    assert [t.user_attrs.get("rlsweep.repair_attempt") for t in study.get_trials()] == [None, 1, 2]
+
+
+def test_auto_repair_never_more_than_doubles_the_sweeps_jobs():
+    driver, study, backend, _ = _driver(lambda hp, seed: ("nan_scale", -100.0), trials=2)
+    driver.run()
+    assert len(backend.submitted) <= 2 * 2 * 2  # trials x seeds, twice
+    assert {p.status for p in driver.plans} <= {"failed", "budget"} and "budget" in {p.status for p in driver.plans}
+
+
+def test_a_passing_attempt_the_budget_cannot_confirm_is_told_unconfirmed():
+    driver, study, backend, _ = _driver(
+        lambda hp, seed: ("healthy", 1.0) if hp.get("log_std_bounds") else ("nan_scale", -100.0))
+    driver.run()  # 1 trial x 2 seeds: the attempt fits the budget, its confirmation does not
+    (plan,) = driver.plans
+    assert plan.status == "budget" and "passed on seeds [0, 1]" in plan.message
+    assert study.get_trials()[1].user_attrs["rlsweep.repair_of"] == 0 and "rlsweep.confirm" not in \
+        study.get_trials()[1].user_attrs
+
+
+# --- end to end ---------------------------------------------------------------------------------
+BROKEN = {"name": "a2c_broken", "env": {"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1}, "algo": "A2C",
+          "total_timesteps": 6000, "seeds": 2, "trials": 1, "objective": {"eval_episodes": 3},
+          "hyperparams": {"n_steps": 5, "learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88]},
+          "stability": {"stop_on": ["nan_scale"], "stop_siblings": False}}
+
+
+def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(write_spec, cli, workdir):
+    write_spec(BROKEN)
+    ran = cli("run", "sweep.yaml", "--workers", "2")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    fixed = cli("repair", "a2c_broken", "--workers", "2")
+    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
+    assert "trial 0 (nan_scale, return -): repaired by" in " ".join(fixed.stdout.split())
+    doc = yaml.safe_load((workdir / "results" / "a2c_broken" / "repairs.yaml").read_text())
+    (item,) = doc["repairs"]
+    assert item["status"] == "repaired" and item["verdict_before"] == "nan_scale" and item["verdict_after"] == "healthy"
+    assert item["confirm"]["seeds"] == [2, 3] and item["confirm"]["safe"] is True
+    n = item["attempts_used"]
+    assert item["attempts"][0]["patch"] == {"log_std_bounds": [-5, 2]}  # the nan_scale finding's first patch
+    assert all(a["source"] == "nan_scale" for a in item["attempts"])
+    client, experiment, study = stores(workdir, "a2c_broken")
+    trials = study.get_trials()
+    assert trials[0].state.name == "PRUNED" and "rlsweep.repair_of" not in trials[0].user_attrs  # never rewritten
+    assert [t.user_attrs["rlsweep.repair_of"] for t in trials[1:]] == [0] * n and trials[n].state.name == "COMPLETE"
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`rlsweep.repair_of` = '0'")
+    names = {r.info.run_name for r in runs}
+    assert {f"trial-0-repair-{n}", f"trial-0-repair-{n}-seed-0", f"trial-0-repair-{n}-seed-1",
+            f"trial-0-repair-{n}-confirm", f"trial-0-repair-{n}-confirm-seed-2"} <= names
+    attempt = next(r for r in runs if r.info.run_name == f"trial-0-repair-{n}")
+    assert attempt.data.tags["rlsweep.repair_attempt"] == str(n) and attempt.info.status == "FINISHED"
+    assert json.loads(attempt.data.tags["rlsweep.repair_patch"]) == item["patch"]
+    original = client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'trial-0'")[0]
+    assert original.data.tags["rlsweep.repaired_by"] == attempt.info.run_id
+    exported = cli("export", "a2c_broken")
+    assert exported.returncode == 0 and "repair of trial 0" in " ".join(exported.stdout.split())
+    doc = yaml.safe_load((workdir / "results" / "a2c_broken" / "safe_configs.yaml").read_text())
+    assert doc["configs"][0]["repaired"]["from_trial"] == 0
+    assert all(doc["configs"][0]["hyperparams"][k] == v for k, v in item["patch"].items())
+    again = cli("repair", "a2c_broken")
+    assert again.returncode == 0 and "no failing trial to repair" in again.stdout
+
+
+def test_a_trial_knobs_cannot_repair_ends_with_its_attempts_and_a_clear_message(write_spec, cli, workdir):
+    # NaN observations from the env: no learning rate, clipping or bound fixes that
+    spec = dict(BROKEN, name="nan_obs", algo="PPO", env={
+        "id": "Pendulum-v1", "n_envs": 1, "wrappers": [{"entry_point": "sweeps.repro_envs:NanObservationsAfter",
+                                                         "kwargs": {"after": 300}}]},
+        total_timesteps=1024, seeds=1, hyperparams={"n_steps": 256})
+    write_spec(spec)
+    assert cli("run", "sweep.yaml").returncode == 0
+    result = cli("repair", "nan_obs", "--max-attempts", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    (item,) = yaml.safe_load((workdir / "results" / "nan_obs" / "repairs.yaml").read_text())["repairs"]
+    assert item["status"] == "failed" and item["attempts_used"] == 2 and "no repair within 2 attempt(s)" in item["message"]
+    assert [a["verdict"] for a in item["attempts"]] == ["nan_scale", "nan_scale"]
+    assert "failed: no repair within 2" in " ".join(result.stdout.split())
+
+
+def test_repair_refuses_unknown_trials_and_a_running_sweep(write_spec, cli, workdir):
+    write_spec(dict(BROKEN, name="tiny_ok", hyperparams={"n_steps": 5}, total_timesteps=500, seeds=1,
+                    stability={}))
+    assert cli("run", "sweep.yaml").returncode == 0
+    unknown = cli("repair", "tiny_ok", "--trial", "7")
+    assert unknown.returncode == 2 and "trial 7 does not exist" in unknown.stderr
+    healthy = cli("repair", "tiny_ok", "--trial", "0")
+    assert healthy.returncode == 2 and "nothing to repair" in healthy.stderr
+    nothing = cli("repair", "tiny_ok")
+    assert nothing.returncode == 0 and "no failing trial to repair" in nothing.stdout
+    with open(workdir / "results" / "tiny_ok" / ".lock", "w") as held:  # as a running driver holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = cli("repair", "tiny_ok")
+    assert busy.returncode == 2 and "another rlsweep process is running" in busy.stderr
+    assert cli("repair", "no_such_sweep").returncode == 2
