@@ -202,3 +202,32 @@ def test_backend_section_is_checked(write_spec) -> None:
     ok = spec_module.load(write_spec(tiny_spec("b", backend={"kind": "ray", "address": "ray://head:10001",
                                                              "resources_per_trial": {"cpu": 0.5, "gpu": 0.25}})))
     assert json.loads(json.dumps(ok.resolved()))["backend"]["resources_per_trial"] == {"cpu": 0.5, "gpu": 0.25}
+
+
+def test_auto_repair_runs_on_ray_within_the_sweeps_budget(workdir: Path, logical_gpu_ray) -> None:
+    """stability.repair.auto on the Ray backend: the failing trial's repair attempt is Ray jobs like
+    any trial's; a one-trial, one-seed sweep has room for that attempt but not for its confirmation."""
+    import io
+
+    from rich.console import Console
+
+    from sweeps import spec as spec_module
+    from sweeps.runner import run_sweep
+
+    spec = spec_module.from_dict(tiny_spec(
+        "repair_ray", env={"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1}, algo="A2C",
+        total_timesteps=6000, seeds=[0], trials=1, space={},
+        hyperparams={"n_steps": 5, "learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88]},
+        stability={"stop_on": ["nan_scale"], "repair": {"auto": True, "max_attempts": 2}}, backend={"kind": "ray"}))
+    run_sweep(spec, Console(file=io.StringIO()), workers=1)
+    study = optuna.load_study(study_name="repair_ray", storage=f"sqlite:///{workdir}/results/repair_ray/optuna.db")
+    first, attempt = study.get_trials()
+    assert first.user_attrs["rlsweep.verdict"] == "nan_scale"
+    assert attempt.user_attrs["rlsweep.repair_of"] == 0 and attempt.user_attrs["rlsweep.repair_patch"] == {
+        "log_std_bounds": [-5, 2]}
+    runs = {r.info.run_name: r for r in _runs("repair_ray")}
+    assert runs["trial-0-repair-1-seed-0"].data.tags["rlsweep.worker"]  # it ran on a Ray worker
+    import yaml
+
+    (item,) = yaml.safe_load((workdir / "results" / "repair_ray" / "repairs.yaml").read_text())["repairs"]
+    assert item["status"] in ("budget", "failed") and item["attempts_used"] == 1, item

@@ -135,10 +135,20 @@ def bench_reliability(repeat: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def bench_repair(repeat: int) -> dict:
+    """rlsweep repair vs random knob changes on the held-out corpus failures and the reproductions
+    (repair_bench.py: writes repair.md; needs the corpus, which stability_detection runs)."""
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "repair_bench.py"), "--jobs", "2"],
+                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return {"summary": result.stdout.strip().splitlines()[-1]}
+
+
 BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs,
            "stability_cost": _stability("cost"), "stability_detection": _stability("detection"),
            "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo, "ray": bench_ray,
-           "reliability": bench_reliability}
+           "reliability": bench_reliability, "repair": bench_repair}
 
 
 def main() -> None:
