@@ -6,13 +6,13 @@ TORCH  ?= torch==2.13.0
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.rlsweep-installed
 
-.PHONY: install demo test bench corpus clean browser
+.PHONY: install demo test lint type bench corpus clean browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,lint]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,6 +22,13 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# ruff (rules in pyproject.toml: E, F, I, B, UP and S) and mypy on stability/ and the engine of sweeps/
+lint: install
+	$(VENV)/bin/ruff check .
+
+type: install
+	$(VENV)/bin/mypy
 
 # Headless Chromium for the MLflow UI test (Debian package; changes the system, so `make test`
 # never runs it). Without it that one test is skipped and says how to get it.

@@ -116,7 +116,8 @@ class StabilityCallback(BaseCallback):
         self._on_policy = isinstance(self.model, OnPolicyAlgorithm)
         if self.min_update_steps is None:  # coarse enough to be cheap, fine enough for ~100 records a run
             self.min_update_steps = group_steps(getattr(self.model, "_total_timesteps", 0) or 0, self._on_policy)
-        self._vecnorm = unwrap_vec_normalize(self.model.get_env())
+        env = self.model.get_env()
+        self._vecnorm = unwrap_vec_normalize(env) if env is not None else None
         logger = self.model.logger
         self._original_record = logger.record
 
@@ -127,7 +128,7 @@ class StabilityCallback(BaseCallback):
                     self._train.setdefault(key, []).append(number)
             self._original_record(key, value, exclude)
 
-        logger.record = record
+        logger.record = record  # type: ignore[method-assign]  # intercepted for the run, restored at the end
         if self.want_grad_norms and self._monitor is None:
             clip = self.max_grad_norm if self.max_grad_norm is not None else getattr(self.model, "max_grad_norm", None)
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
@@ -158,7 +159,7 @@ class StabilityCallback(BaseCallback):
             self._rollout_stats()
 
     def _group_done(self) -> bool:
-        return self._update_step - self._last_commit >= self.min_update_steps
+        return self._update_step - self._last_commit >= (self.min_update_steps or 0)
 
     def _rollout_stats(self) -> None:
         """Reward statistics of the group's rollouts, and the spread of the last rollout's
@@ -222,7 +223,7 @@ class StabilityCallback(BaseCallback):
             self._monitor.close()
         logger = self.model.logger
         if self._original_record is not None:
-            logger.record = self._original_record
+            logger.record = self._original_record  # type: ignore[method-assign]
         if logger.name_to_value:  # SB3 never dumps the last update; keep the one-rollout lag
             logger.dump(step=self.model.num_timesteps + (self._rollout_size if self._on_policy else 0))
         self.verdict = self._judge.check(self.history, final=True)

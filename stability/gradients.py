@@ -51,7 +51,7 @@ class GradNormMonitor:
         self.steps: list[dict[str, float]] = []
         if optimizers is None:  # on-policy SB3: one optimizer; off-policy: the actor's and the critic's
             single = getattr(policy, "optimizer", None)
-            optimizers = [single] if single is not None else [m.optimizer for m in (policy.actor, policy.critic)]
+            optimizers = [single] if single is not None else [getattr(policy, m).optimizer for m in ("actor", "critic")]
         self._handles = [o.register_step_pre_hook(self._close) for o in optimizers]
         self._original = th.nn.utils.clip_grad_norm_
         th.nn.utils.clip_grad_norm_ = self._clip
@@ -67,14 +67,14 @@ class GradNormMonitor:
             return self._original(params, max_norm, norm_type, error_if_nonfinite, foreach)
         self._pending, norms = self._norms(present)
         total = th.linalg.vector_norm(norms)
-        th._foreach_mul_([p.grad for p in present], th.clamp(max_norm / (total + 1e-6), max=1.0))
+        th._foreach_mul_([p.grad for p in present if p.grad is not None], th.clamp(max_norm / (total + 1e-6), max=1.0))
         return total
 
     def _norms(self, present: list[th.Tensor]) -> tuple[dict[str, float], th.Tensor]:
         """Squared gradient norm per role of parameters that have a gradient, and the per-parameter norms."""
         if not present:
             return {}, th.zeros(0)
-        norms = th.stack(th._foreach_norm([p.grad.detach() for p in present]))
+        norms = th.stack(th._foreach_norm([p.grad.detach() for p in present if p.grad is not None]))
         key = tuple(id(p) for p in present)
         if key not in self._index:
             roles = [self._role.get(i, ROLES.index("shared")) for i in key]

@@ -25,13 +25,13 @@ def plot_signals(history: History, verdict: Verdict, path: str | Path, title: st
     fig = Figure(figsize=(13, 6.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3)
-    for ax, (label, names) in zip(axes.flat, PANELS):
+    for ax, (label, names) in zip(axes.flat, PANELS, strict=False):
         drawn, positive, wants_log = False, True, False
         for name in names:
             points = [(s, v) for s, v in history.points(name) if math.isfinite(v)]
             if not points:
                 continue
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=False)
             ax.plot(xs, ys, label=name, linewidth=1.2)
             drawn = True
             positive = positive and all(y > 0 for y in ys)

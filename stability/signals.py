@@ -152,7 +152,7 @@ class History:
 
     def indexed(self, name: str) -> list[tuple[int, float]]:
         """``(update_index, value)`` pairs of one signal."""
-        return list(zip(*self.series[name])) if name in self.series else []
+        return list(zip(*self.series[name], strict=False)) if name in self.series else []
 
     def arrays(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Update indices and values of one signal as numpy arrays (for vectorised rules)."""
@@ -174,12 +174,12 @@ class History:
 
     @classmethod
     def from_scalars(cls, scalars: Mapping[str, Iterable[tuple[int, float]]],
-                     context: Mapping[str, Any] | None = None, error: str | None = None) -> "History":
+                     context: Mapping[str, Any] | None = None, error: str | None = None) -> History:
         """Build a history from logged scalars keyed by their library names (SB3, CleanRL or
         ``stability/*``), each a sequence of ``(step, value)``. Values logged at the same step
         form one update; unknown keys are ignored."""
         by_step: dict[int, dict[str, float]] = {}
-        episodic: list[tuple[int, float]] = []
+        episodic: list[tuple[int, float, str]] = []
         for key, points in scalars.items():
             known = canonical_key(key)
             if known is None:
@@ -213,7 +213,7 @@ class History:
             history.add(step, values)
         return history
 
-    def prefix(self, n: int) -> "History":
+    def prefix(self, n: int) -> History:
         """The history as it stood after its first ``n`` updates (same context and budget)."""
         series = {}
         for name, (indices, numbers) in self.series.items():
@@ -223,7 +223,7 @@ class History:
         return History(self.steps[:n], series, self.context, self.error if n >= len(self.steps) else None,
                        self.total_steps)
 
-    def regroup(self, min_steps: int) -> "History":
+    def regroup(self, min_steps: int) -> History:
         """Updates merged so that each record spans at least ``min_steps`` env steps, the way the
         StabilityCallback groups small updates: values averaged, maxima kept, finiteness ANDed."""
         if min_steps <= 1 or len(self.steps) < 2:

@@ -121,7 +121,7 @@ class Thresholds:
         return []
 
     @classmethod
-    def load(cls, path: str | Path) -> "Thresholds":
+    def load(cls, path: str | Path) -> Thresholds:
         import yaml
 
         path = Path(path)

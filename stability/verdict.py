@@ -48,7 +48,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)   # what limited the judgement (e.g. a short run)
 
     @classmethod
-    def empty(cls) -> "Verdict":
+    def empty(cls) -> Verdict:
         return cls("healthy", None, [], 0, 0)
 
     @property
@@ -68,7 +68,7 @@ class Verdict:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Verdict":
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
         findings = [Finding(**f) for f in data.get("findings", [])]
         return cls(data["verdict"], data.get("onset_step"), findings, int(data.get("updates", 0)),
                    int(data.get("last_step", 0)), list(data.get("notes", [])))

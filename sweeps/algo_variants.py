@@ -8,11 +8,12 @@ then only matters if training continues).
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 
-@lru_cache(maxsize=None)
+@cache
 def with_critic_rate(base: type) -> type:
     class CriticRate(base):
         def __init__(self, *args: Any, critic_learning_rate: float | Callable[[float], float], **kwargs: Any) -> None:

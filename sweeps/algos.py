@@ -9,10 +9,10 @@ import ast
 import importlib
 import importlib.util
 import inspect
-from pathlib import Path
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from functools import cache
+from pathlib import Path
+from typing import Any, cast
 
 # Arguments rlsweep sets itself: a spec may not set them as hyperparameters.
 MANAGED = {
@@ -52,7 +52,7 @@ def resolve_class(key: str, value: str) -> type:
     if ":" in value:
         from sweeps.envs import import_entry_point
 
-        return import_entry_point(value)
+        return cast(type, import_entry_point(value))
     module = __import__("torch.nn" if key == "activation_fn" else "torch.optim", fromlist=["_"])
     return getattr(module, names.get(value.lower(), value))
 
@@ -91,25 +91,25 @@ def info(name: str) -> AlgoInfo:
     return _REGISTRY[name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_class(name: str) -> type:
     entry = _REGISTRY[name]
     return getattr(importlib.import_module(entry.module), entry.class_name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def constructor_params(name: str) -> tuple[str, ...]:
     """The keyword arguments of the algorithm's constructor that a spec may set."""
     found = _read_class(name)
     if found is not None:
         params = found[0]
     else:
-        sig = inspect.signature(load_class(name).__init__)
+        sig = inspect.signature(load_class(name))
         params = tuple(p for p in sig.parameters if sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD)
     return tuple(p for p in params if p not in ("self", *MANAGED))
 
 
-@lru_cache(maxsize=None)
+@cache
 def policy_names(name: str) -> tuple[str, ...]:
     found = _read_class(name)
     return found[1] if found is not None else tuple(getattr(load_class(name), "policy_aliases", {}))
@@ -139,8 +139,9 @@ def _read_class(name: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
             aliases: tuple[str, ...] = ()
             for stmt in node.body:
                 target = getattr(stmt, "target", None) or (getattr(stmt, "targets", [None]) or [None])[0]
-                if getattr(target, "id", None) == "policy_aliases" and isinstance(stmt.value, ast.Dict):
-                    aliases = tuple(k.value for k in stmt.value.keys if isinstance(k, ast.Constant))
+                value = getattr(stmt, "value", None)
+                if getattr(target, "id", None) == "policy_aliases" and isinstance(value, ast.Dict):
+                    aliases = tuple(str(k.value) for k in value.keys if isinstance(k, ast.Constant))
             return args, aliases
     return None
 

@@ -12,17 +12,19 @@ import math
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
+from stability.verdict import PRIORITY
 from sweeps import repair as rp
 from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Event
 from sweeps.spec import ENV_PREFIX, PRESET, SweepSpec
-from sweeps.tracking import MlflowTracker
+from sweeps.tracking import BackgroundTracker, MlflowTracker
 from sweeps.trial import TrialConfig
-from stability.verdict import PRIORITY
 
 _AGGREGATE: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.fmean, "median": statistics.median, "min": min}
@@ -80,7 +82,7 @@ class Progress:
 
 
 class Driver:
-    def __init__(self, spec: SweepSpec, backend: Backend, tracker: MlflowTracker, study: Any,
+    def __init__(self, spec: SweepSpec, backend: Backend, tracker: MlflowTracker | BackgroundTracker, study: Any,
                  on_change: Callable[[Progress], None] | None = None, repair: rp.RepairSettings | None = None,
                  open_trials: bool = True) -> None:
         self.spec, self.backend, self.tracker, self.study = spec, backend, tracker, study
@@ -90,7 +92,7 @@ class Driver:
         self.active: dict[int, ActiveTrial] = {}
         self.jobs: deque[TrialConfig] = deque()
         self.in_flight: set[tuple[int, int]] = set()
-        self._mlflow: deque[Callable[[], None]] = deque()  # MLflow writes, done after submitting work
+        self._mlflow: deque[Callable[[], object]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
         self._stability = stability_settings(spec)
         self.attempts: dict[tuple[int, int], list[str]] = {}  # job -> why its earlier attempts failed
@@ -277,8 +279,8 @@ class Driver:
             self.jobs.remove(config)
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
-            self._mlflow.append(lambda seed=config.seed: self.tracker.end_run(
-                active.child_runs[seed], "KILLED", tags={"rlsweep.outcome": "skipped"}))
+            self._mlflow.append(partial(self.tracker.end_run, active.child_runs[config.seed], "KILLED",
+                                        tags={"rlsweep.outcome": "skipped"}))
 
     def _close_trial(self, active: ActiveTrial) -> None:
         from optuna.trial import TrialState
@@ -410,7 +412,8 @@ class Driver:
 
     def _start_repair_runs(self, active: ActiveTrial) -> None:
         plan, attempt = active.plan, active.attempt
-        assert plan is not None and attempt is not None
+        if plan is None or attempt is None:
+            return
         name = f"trial-{plan.origin}-repair-{attempt.number}" + ("-confirm" if active.confirming else "")
         tags = {st.REPAIR_OF: str(plan.origin), st.REPAIR_ATTEMPT: str(attempt.number),
                 st.REPAIR_PATCH: json.dumps(attempt.patch)}
@@ -425,7 +428,8 @@ class Driver:
 
     def _close_repair(self, active: ActiveTrial) -> None:
         plan, attempt = active.plan, active.attempt
-        assert plan is not None and attempt is not None
+        if plan is None or attempt is None:
+            return
         names = {s: v["verdict"] for s, v in active.verdicts.items()} | {s: "crashed" for s in active.errors}
         verdict = trial_verdict(active.verdicts)
         label = verdict["verdict"] if verdict["verdict"] != "healthy" or not active.errors else "crashed"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sweeps.errors import Issue
 

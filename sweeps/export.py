@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sweeps import algos, knobs
 from sweeps.errors import UsageError
@@ -204,7 +205,7 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
                     out[number]["verdicts"][seed] = (result.get("verdict") or {}).get("verdict", "healthy")
                     if not result.get("stopped_by"):
                         out[number]["returns"][seed] = round(result["mean_return"], 4)
-    for number, data in out.items():
+    for data in out.values():
         data["returns"] = dict(sorted(data["returns"].items()))
         data["verdicts"] = dict(sorted(data["verdicts"].items()))
         values = list(data["returns"].values())

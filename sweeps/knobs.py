@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from sweeps.errors import Issue, did_you_mean, one_of
 
@@ -218,7 +219,7 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
     knobs = {k: hp.pop(k) for k in KNOBS if k in hp}
     kwargs = resolve_kwargs(hp)
     pk = dict(kwargs.pop("policy_kwargs", {}) or {})
-    defaults = {k: p.default for k, p in inspect.signature(algo_class.__init__).parameters.items()}
+    defaults = {k: p.default for k, p in inspect.signature(algo_class).parameters.items()}
 
     chosen_class = algo_class
     if "learning_rate" in knobs:
@@ -281,7 +282,7 @@ def _optimizer(algo: str, kwargs: dict, pk: dict, knobs: dict, defaults: dict, t
         options.setdefault("eps", kwargs.get("rms_prop_eps", defaults.get("rms_prop_eps", 1e-5)))
     elif name in ("adam", "adamw") and algo not in _OFF_POLICY_ALGOS:  # on-policy SB3: eps=1e-5
         options.setdefault("eps", 1e-5)
-    options["weight_decay"] = float(knobs.get("weight_decay", options.get("weight_decay", 0.0)))
+    options["weight_decay"] = float(knobs.get("weight_decay", options.get("weight_decay", 0.0)) or 0.0)
     pk["optimizer_kwargs"] = options
 
 

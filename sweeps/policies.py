@@ -24,10 +24,14 @@ import weakref
 from typing import Any
 
 import torch as th
-from torch import nn
+from sb3_contrib.common.recurrent.policies import (
+    RecurrentActorCriticCnnPolicy,
+    RecurrentActorCriticPolicy,
+    RecurrentMultiInputActorCriticPolicy,
+)
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
-from sb3_contrib.common.recurrent.policies import (RecurrentActorCriticCnnPolicy, RecurrentActorCriticPolicy,
-                                                  RecurrentMultiInputActorCriticPolicy)
+from torch import nn
+
 
 class _KnobsMixin:
     """Adds ``log_std_bounds`` and ``init_gains`` to an SB3 actor-critic policy class."""
@@ -165,8 +169,8 @@ def _bounded_squashed(policy_base: type, actor_base: type) -> type:
     return BoundedSquashedPolicy
 
 
-from stable_baselines3.sac import policies as _sac  # noqa: E402
 from sb3_contrib.tqc import policies as _tqc  # noqa: E402
+from stable_baselines3.sac import policies as _sac  # noqa: E402
 
 BoundedSACPolicy = _bounded_squashed(_sac.SACPolicy, _sac.Actor)
 BoundedSACPolicy.__name__ = BoundedSACPolicy.__qualname__ = "BoundedSACPolicy"

@@ -49,7 +49,7 @@ class LiveDisplay:
         self._live: Any = None
         self._last_done: tuple[int, int] = (-1, -1)
 
-    def __enter__(self) -> "LiveDisplay":
+    def __enter__(self) -> LiveDisplay:
         if self.console.is_terminal:
             from rich.live import Live
 

@@ -26,9 +26,10 @@ import json
 import math
 import random
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 STRATEGIES = ("findings", "random")
 # Patches whose knob holds a mapping merge into the config's mapping instead of replacing it.
@@ -304,13 +305,15 @@ class Plan:
             return pick["patch"], pick["patch"], pick["why"], "random"
         pool = self.candidates or ([m for m in self.menu if m.get("name") in _CRASH_MENU]
                                    if self.verdict == "crashed" else [])
-        pick = next((c for c in pool if c["patch"] not in self._tried and self._usable(c["patch"])), None)
-        if pick is None:
+        found: dict[str, Any] | None = next(
+            (c for c in pool if c["patch"] not in self._tried and self._usable(c["patch"])), None)
+        if found is None:
             return None
-        return pick["patch"], pick["patch"], pick["why"], pick.get("source", "menu")
+        return found["patch"], found["patch"], found["why"], found.get("source", "menu")
 
     def _rng(self, salt: int) -> random.Random:
-        return random.Random(self.rng_seed * 1000 + self.origin * 31 + salt)
+        # reproducible draws for a baseline, not secrets
+        return random.Random(self.rng_seed * 1000 + self.origin * 31 + salt)  # noqa: S311
 
     def passes(self, attempt: Attempt) -> tuple[bool, str]:
         """Whether an attempt's seeds make it a repair (before confirmation), and why not."""

@@ -78,7 +78,7 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Any:
 def _axis_values(trials: list[TrialRecord], name: str) -> tuple[list[float], list[str] | None]:
     raw = [t.params.get(name) for t in trials]
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
-        return [float(v) for v in raw], None
+        return [float(v) for v in raw if v is not None], None
     labels = sorted({json.dumps(v) if not isinstance(v, str) else v for v in raw})
     return [float(labels.index(json.dumps(v) if not isinstance(v, str) else v)) for v in raw], labels
 
@@ -169,16 +169,16 @@ def curves(res: SweepResults, runs: dict[int, list[tuple[int, list[tuple[int, fl
     if safe and safe[0].number in runs:
         for seed, points in runs[safe[0].number]:
             if points:
-                ax.plot(*zip(*points), color=COLOURS["healthy"], linewidth=1.8,
+                ax.plot(*zip(*points, strict=False), color=COLOURS["healthy"], linewidth=1.8,
                         label=f"best safe: trial {safe[0].number} seed {seed}")
                 shown = True
     failing = [t for t in res.finished if t.failure_class][:3]
     styles = ["--", ":", "-."]
-    for style, t in zip(styles, failing):
+    for style, t in zip(styles, failing, strict=False):
         for seed, points in runs.get(t.number, []):
             if points:
                 verdict = t.verdicts.get(seed, label(t))  # each seed with its own verdict
-                ax.plot(*zip(*points), linestyle=style, color=COLOURS.get(verdict, "#000"), linewidth=1.2,
+                ax.plot(*zip(*points, strict=False), linestyle=style, color=COLOURS.get(verdict, "#000"), linewidth=1.2,
                         label=f"trial {t.number} seed {seed}: {verdict}")
                 shown = True
     if not shown:
@@ -283,7 +283,7 @@ def repair_rows(res: SweepResults) -> list[tuple[str, ...]]:
     path = res.spec.storage_dir / "repairs.yaml"
     if not path.is_file():
         return []
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for item in (load_yaml(path.read_text()) or {}).get("repairs", []):
         confirm = item.get("confirm") or {}
         before, after = item.get("mean_return_before"), item.get("mean_return_after")

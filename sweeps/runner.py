@@ -4,9 +4,10 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Console
 
@@ -36,7 +37,8 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise UsageError(f"another rlsweep process is running the sweep in {storage_dir}; wait for it or stop it")
+        raise UsageError(
+            f"another rlsweep process is running the sweep in {storage_dir}; wait for it or stop it") from None
     try:
         handle.write(str(os.getpid()))
         handle.flush()

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from sweeps.errors import Issue, did_you_mean, one_of
 
@@ -50,7 +51,7 @@ class Dist:
         if self.kind == "choice":
             return list(self.labels)
         if self.kind == "int" and not self.log:
-            return list(range(int(self.low), int(self.high) + 1, self.step))
+            return list(range(int(self.low or 0), int(self.high or 0) + 1, self.step))
         raise ValueError(f"a grid needs 'choice' or linear 'int' dimensions, not '{self.kind}'")
 
     def decode(self, optuna_value: Any) -> Any:
@@ -72,7 +73,7 @@ def _label(value: Any) -> str | int | float | bool | None:
 
 
 def _parse_dist(raw: Mapping, path: str, issues: list[Issue]) -> Dist | None:
-    kind = raw.get("type")
+    kind: Any = raw.get("type")
     if kind not in KINDS:
         issues.append(Issue(f"{path}.type", one_of(kind, KINDS)))
         return None
@@ -101,7 +102,9 @@ def _parse_dist(raw: Mapping, path: str, issues: list[Issue]) -> Dist | None:
 
 
 def _parse_range(kind: str, raw: Mapping, path: str, issues: list[Issue]) -> Dist | None:
-    low, high, ok = raw.get("low"), raw.get("high"), True
+    low: Any = raw.get("low")
+    high: Any = raw.get("high")
+    ok = True
     for key, x in (("low", low), ("high", high)):
         if not _is_number(x):
             extra = " (YAML reads that as text)" if isinstance(x, str) else ""
@@ -167,12 +170,13 @@ def to_optuna(space: Mapping[str, Dist]) -> dict:
     """Optuna distributions for the sampled (non-fixed) dimensions."""
     import optuna.distributions as od
 
-    out = {}
+    out: dict[str, od.BaseDistribution] = {}
     for name, d in space.items():
+        low, high = float(d.low or 0), float(d.high or 0)  # set for every range kind by _parse_range
         if d.kind in ("uniform", "loguniform"):
-            out[name] = od.FloatDistribution(d.low, d.high, log=d.log)
+            out[name] = od.FloatDistribution(low, high, log=d.log)
         elif d.kind == "int":
-            out[name] = od.IntDistribution(int(d.low), int(d.high), step=d.step, log=d.log)
+            out[name] = od.IntDistribution(int(low), int(high), step=d.step, log=d.log)
         elif d.kind == "choice":
             out[name] = od.CategoricalDistribution(list(d.labels))
     return out

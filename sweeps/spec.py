@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
@@ -33,7 +33,7 @@ class EnvSpec(_Model):
     id: str = Field(description="a Gymnasium id such as 'CartPole-v1', or 'package.module:callable'")
     kwargs: dict[str, Any] = {}
     n_envs: PositiveInt = 1
-    wrappers: list[Union[str, WrapperSpec]] = []
+    wrappers: list[str | WrapperSpec] = []
 
     @property
     def is_entry_point(self) -> bool:
@@ -128,7 +128,7 @@ class SweepSpec(_Model):
     total_timesteps: PositiveInt
     hyperparams: dict[str, Any] = {}
     space: dict[str, Any] = {}
-    seeds: Union[PositiveInt, list[int]] = 1
+    seeds: PositiveInt | list[int] = 1
     trials: PositiveInt | None = None
     workers: PositiveInt | None = None
     sampler: SamplerSpec = SamplerSpec()
@@ -262,7 +262,7 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
 _UNION_TAGS = ("str", "WrapperSpec", "int", "list[int]")
 
 
-def _pydantic_issue(err: dict) -> Issue:
+def _pydantic_issue(err: Any) -> Issue:  # pydantic's ErrorDetails
     # pydantic inserts the union member's type name after a field ('seeds', 'list[int]', 0); a
     # user's own top-level key is never one of those, whatever it is called
     raw_loc = tuple(err["loc"])
@@ -423,7 +423,7 @@ def _knob_combination_issues(spec: SweepSpec, fixed: dict[str, Any], dims: dict[
     if gaussian:
         problem = envs.continuous_action_problem(spec.env.model_dump())
         if problem:
-            where = values(gaussian[0])[0]
+            where = (values(gaussian[0]) or ("hyperparams", []))[0]
             issues.append(Issue(f"{where}.{gaussian[0]}", f"applies to Gaussian (Box action) policies; {problem}"))
     return issues
 

@@ -38,7 +38,8 @@ Episodes end with ``terminated=True`` after ``episode_length`` steps, like the p
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -72,7 +73,7 @@ def pred_next_state(temps: np.ndarray, action: Sequence[int] | np.ndarray, rng: 
     """
     t = np.asarray(temps, dtype=np.float64)
     heat = np.zeros_like(t)
-    for level, zones in zip(np.asarray(action), ACTUATOR_ZONES):
+    for level, zones in zip(np.asarray(action), ACTUATOR_ZONES, strict=False):
         heat[list(zones)] += float(level)
     exchange = np.zeros_like(t)
     exchange[1:] += t[:-1] - t[1:]

@@ -179,7 +179,7 @@ def evaluate(model: Any, config: TrialConfig, wrap: Any = None) -> list[float]:
                                      deterministic=config.deterministic, return_episode_rewards=True)
     finally:
         eval_env.close()
-    return list(returns)
+    return list(returns) if isinstance(returns, list) else [float(returns)]
 
 
 # Curves sent to MLflow per seed, at most: A2C dumps every 5 steps, and storing 40 keys x 4000

@@ -14,8 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import (become_subreaper, descendants, rlsweep, split_runs, stores, subprocess_env, tiny_spec,
-                           wait_for_states)
+from tests.helpers import (
+    become_subreaper,
+    descendants,
+    rlsweep,
+    split_runs,
+    stores,
+    subprocess_env,
+    tiny_spec,
+    wait_for_states,
+)
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

@@ -140,8 +140,9 @@ def test_max_grad_norm_reaches_the_algorithm_and_off_means_unclipped() -> None:
 
 
 def test_pre_clip_gradient_norm_is_logged() -> None:
-    from stability.gradients import GradNormMonitor, grad_norm_callback
     from stable_baselines3.common.logger import KVWriter, Logger
+
+    from stability.gradients import GradNormMonitor, grad_norm_callback
 
     rows: list[dict] = []
 

@@ -108,7 +108,8 @@ def logical_gpu_ray():
 def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logical_gpu_ray) -> None:
     """Four trials at gpu 0.25 run at once, each told CUDA_VISIBLE_DEVICES, and each trains on
     the CPU because torch finds no CUDA here."""
-    from sweeps import driver, spec as spec_module
+    from sweeps import driver
+    from sweeps import spec as spec_module
     from sweeps.backends._ray import RayBackend, RaySettings
     from sweeps.errors import UsageError
 

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 from typing import Any
 
 import optuna
 import pytest
 import yaml
 
+from stability.verdict import PRIORITY
 from sweeps import repair as rp
 from sweeps.backends import Backend, Event
 from sweeps.spec import from_dict
 from sweeps.trial import TrialConfig
-from stability.verdict import PRIORITY
 from tests.helpers import stores
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stability import History, Thresholds, ThresholdError, classify
+from stability import History, ThresholdError, Thresholds, classify
 from stability.signals import History as H
 from stability.thresholds import DEFAULTS
 

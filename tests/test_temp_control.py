@@ -75,9 +75,9 @@ def test_rewards_are_constant_zero_in_the_unrewarded_stages(phase: str) -> None:
     env = make_temp_control(phase=phase)
     for seed in range(3):
         _, rewards, infos = rollout(env, seed, lambda t: env.action_space.sample())
-        dead = [r for r, i in zip(rewards, infos) if not i["rewarded"]]
+        dead = [r for r, i in zip(rewards, infos, strict=False) if not i["rewarded"]]
         assert all(r == 0.0 for r in dead)
-        live = [r for r, i in zip(rewards, infos) if i["rewarded"]]
+        live = [r for r, i in zip(rewards, infos, strict=False) if i["rewarded"]]
         assert all(r >= 0.0 for r in live) and (not live or max(live) > 0.0)
 
 

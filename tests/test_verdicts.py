@@ -14,7 +14,7 @@ from tests.test_stability import ppo_history
 def test_checkpoints_every_update_then_every_five_percent():
     points = checkpoints(200)
     assert points[:20] == list(range(1, 21))
-    assert all(b - a == max(1, a // 20) for a, b in zip(points, points[1:]))
+    assert all(b - a == max(1, a // 20) for a, b in zip(points, points[1:], strict=False))
     assert points[-1] <= 200
 
 
@@ -72,7 +72,7 @@ def test_constant_rewards_since_a_later_rollout_do_not_hide_the_failure_that_cau
 
 def _discrete_history(entropy: list[float], returns: list[float]) -> History:
     h = History(total_steps=len(entropy) * 512, context={"continuous": False, "ent_coef": -0.3})
-    for i, (e, r) in enumerate(zip(entropy, returns)):
+    for i, (e, r) in enumerate(zip(entropy, returns, strict=False)):
         h.add(512 * (i + 1), {"entropy": e, "ep_return": r, "approx_kl": 1e-6, "clip_fraction": 0.0,
                               "value_loss": 1.0, "explained_variance": 0.9, "learning_rate": 3e-4})
     return h

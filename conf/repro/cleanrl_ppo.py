@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
     envs = gym.vector.SyncVectorEnv(
         [make_env(args.env_id, args.gamma, args.normalize) for _ in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    assert isinstance(envs.single_action_space, gym.spaces.Box), "only continuous actions"
+    if not isinstance(envs.single_action_space, gym.spaces.Box):
+        raise ValueError("only continuous actions")
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     act_dim = int(np.prod(envs.single_action_space.shape))
 
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
         # ---- PPO update
         b_inds = np.arange(args.batch_size)
         clipfracs, grad_norms = [], []
-        for epoch in range(args.update_epochs):
+        for _epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start:start + args.minibatch_size]

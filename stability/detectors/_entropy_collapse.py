@@ -71,11 +71,11 @@ class EntropyCollapse(Detector):
     def _collapsed_from(self, history: History, t: dict[str, Any], continuous: bool) -> tuple[int, dict] | None:
         """Update index from which the policy has stayed near-deterministic, and the evidence."""
         if continuous and history.has("std"):
-            indices, values = zip(*history.indexed("std"))
+            indices, values = zip(*history.indexed("std"), strict=False)
             limit, name = t["std_max"], "std"
             hold = [v < limit for v in values]
         else:
-            indices, values = zip(*history.indexed("entropy"))
+            indices, values = zip(*history.indexed("entropy"), strict=False)
             first = values[0]
             if not math.isfinite(first):
                 return None

@@ -53,12 +53,13 @@ class NanScale(Detector):
                 hits.append((found[0], what, found[1]))
         if hits:
             index, what, value = min(hits, key=lambda h: h[0])
-            onset = history.step_of(_warning_onset(history, t, index))
+            warned = _warning_onset(history, t, index)
+            onset = history.step_of(index if warned is None else warned)
             return Finding(self.name, onset, what, {"first_value": value, "at_step": history.step_of(index)}
                            | _log_std_evidence(history), advice_, _causes(history), patches=patches)
-        index = _warning_onset(history, t, None)
-        if index is not None:
-            return Finding(self.name, history.step_of(index),
+        warned = _warning_onset(history, t, None)
+        if warned is not None:
+            return Finding(self.name, history.step_of(warned),
                            "log_std is running towards float32's exp() limits", _log_std_evidence(history),
                            advice_, _causes(history), certain=False, patches=patches)
         return None

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 NAMES = ("local", "ray")
 
 
-def make(settings: "BackendSpec", workers: int, warm_imports: tuple[str, ...] = (),
+def make(settings: BackendSpec, workers: int, warm_imports: tuple[str, ...] = (),
          storage: Path | None = None) -> Backend:
     """``workers``: the most jobs to run at once (local: exactly that many processes; ray: an upper
     bound on what the cluster's resources allow). ``warm_imports``: modules a worker imports as soon

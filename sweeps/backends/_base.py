@@ -45,12 +45,13 @@ class Backend(abc.ABC):
         """Stop these submitted jobs early if the backend can (each then ends with a ``cancelled``
         event, or its usual one if it finished first). By default jobs run to their end; both
         backends here stop them (local: at the job's next update; Ray: at its next report)."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:
         """Stop every worker; jobs still running are abandoned (the driver marks them)."""
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self) -> Backend:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -71,7 +71,7 @@ def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, .
             result = trial.run(config, _QueueReporter(results, config.key, cancelled))
         except Cancelled:
             results.put(("cancelled", config.key, {}))
-        except BaseException as exc:  # noqa: BLE001 - a trial may raise anything; the sweep goes on
+        except BaseException as exc:  # a trial may raise anything; the sweep goes on
             results.put(("failed", config.key, failure(exc, traceback.format_exc())))
         else:
             results.put(("finished", config.key, result.to_dict()))

@@ -44,8 +44,8 @@ REPORT_EVERY = 1.0  # seconds between a worker's metric reports to Tune
 # --- driver side: state shared between the driver thread and Tune's thread ------------------------
 @dataclass
 class _Channel:
-    jobs: "queue.Queue[TrialConfig]" = field(default_factory=queue.Queue)
-    events: "queue.Queue[Event]" = field(default_factory=queue.Queue)
+    jobs: queue.Queue[TrialConfig] = field(default_factory=queue.Queue)
+    events: queue.Queue[Event] = field(default_factory=queue.Queue)
     closing: threading.Event = field(default_factory=threading.Event)
     tune_ids: dict[str, tuple[int, int]] = field(default_factory=dict)   # Tune trial id -> job key
     cancelled: dict[tuple[int, int], str] = field(default_factory=dict)  # job key -> reason
@@ -144,7 +144,7 @@ def _error_text(trial: Any) -> str:
         path = trial.error_file
         if path and Path(path).is_file():
             return Path(path).read_text(errors="replace")[-20000:]
-    except Exception:  # noqa: BLE001 - the error text is a courtesy; its absence must not stop the sweep
+    except Exception:  # noqa: S110 - the error text is a courtesy; its absence must not stop the sweep
         pass
     return str(getattr(trial, "error_msg", "") or "")
 
@@ -183,7 +183,7 @@ def run_job(tune_config: dict[str, Any]) -> None:
                               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}, now=True)
     try:
         result = trial.run(job, reporter).to_dict()
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - a trial may raise anything; the sweep goes on
+    except (Exception, KeyboardInterrupt) as exc:  # a trial may raise anything; the sweep goes on
         reporter.send("failed", failure(exc, traceback.format_exc()), now=True)
         return
     if result.get("plot_png") is not None:
@@ -298,7 +298,7 @@ class RayBackend(Backend):
         def fit() -> None:
             try:
                 tuner.fit()
-            except BaseException as exc:  # noqa: BLE001 - handed to the driver thread by poll()
+            except BaseException as exc:  # handed to the driver thread by poll()
                 self._tune_error = exc
 
         self._thread = threading.Thread(target=fit, name="rlsweep-tune", daemon=True)

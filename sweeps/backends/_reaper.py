@@ -92,9 +92,11 @@ class Reaper:
         """A clean end: the watchdog leaves everything alone and exits."""
         if self._proc is None:
             return
+        stdin = self._proc.stdin  # a pipe: the watchdog was started with stdin=PIPE
         try:
-            self._proc.stdin.write("done\n")
-            self._proc.stdin.close()
+            if stdin is not None:
+                stdin.write("done\n")
+                stdin.close()
         except OSError:
             pass
         try:

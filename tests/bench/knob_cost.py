@@ -15,8 +15,8 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
-from sweeps.policies import BoundedActorCriticPolicy
 from stability.gradients import GradNormMonitor, grad_norm_callback
+from sweeps.policies import BoundedActorCriticPolicy
 
 HYPERPARAMS = dict(n_steps=1024, batch_size=64, n_epochs=10, gamma=0.9, learning_rate=1e-3,
                    policy_kwargs={"net_arch": [64, 64]})

@@ -21,7 +21,7 @@ def main(path: str) -> None:
     names = list(spec["space"])
     grid = [spec["space"][n]["values"] for n in names]
     for values in itertools.product(*grid):
-        hyperparams = dict(spec["hyperparams"], **dict(zip(names, values)))
+        hyperparams = dict(spec["hyperparams"], **dict(zip(names, values, strict=False)))
         env = make_vec_env(spec["env"]["id"], n_envs=spec["env"]["n_envs"], seed=0)
         model = PPO("MlpPolicy", env, seed=0, device="cpu", verbose=0, **hyperparams)
         model.learn(total_timesteps=spec["total_timesteps"], log_interval=1)

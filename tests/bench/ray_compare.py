@@ -38,7 +38,8 @@ def whole_command(kind: str) -> float:
 
 
 def job_overheads(kind: str, n_jobs: int = 12) -> dict:
-    from sweeps import backends, driver, spec as spec_module
+    from sweeps import backends, driver
+    from sweeps import spec as spec_module
     from sweeps.spec import BackendSpec
 
     spec = spec_module.from_dict(spec_module.load(SPEC).model_dump(mode="json") | {"total_timesteps": 4096})

@@ -24,8 +24,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.helpers import (descendants, rlsweep, split_runs, stores, study_states, subprocess_env,  # noqa: E402
-                           tiny_spec, wait_for_states)
+from tests.helpers import (  # noqa: E402
+    descendants,
+    rlsweep,
+    split_runs,
+    stores,
+    study_states,
+    subprocess_env,
+    tiny_spec,
+    wait_for_states,
+)
 
 LRS = [1e-4, 2e-4, 3e-4, 5e-4, 7e-4, 1e-3, 2e-3, 3e-3]
 
@@ -65,7 +73,7 @@ def driver_kills(backend: str, kills: int) -> dict:
             done_before = known.count("COMPLETE")
             if k:
                 resume.append(_resumed(db, known, launched))
-            wait_for_states(db, lambda s: s.count("COMPLETE") > done_before and "RUNNING" in s)
+            wait_for_states(db, lambda s, n=done_before: s.count("COMPLETE") > n and "RUNNING" in s)
             before = _ledger(cwd, name)["complete"]
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -132,7 +140,7 @@ def worker_kills(kills: int) -> dict:
         crashed = sum(t.state.name == "FAIL" for t in study.get_trials())
         return {"injected": injected, "trials_lost": len(LRS) - len(final["complete"]) - crashed,
                 "crashed_after_retries": crashed, "trials_repeated": final["repeated"],
-                "stores_agree": final["agree"], "retried_line": next((l for l in out.splitlines() if "ran again" in l), ""),
+                "stores_agree": final["agree"], "retried_line": next((line for line in out.splitlines() if "ran again" in line), ""),
                 "final_exit": proc.returncode}
     finally:
         shutil.rmtree(cwd, ignore_errors=True)

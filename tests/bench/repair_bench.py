@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -139,10 +140,10 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         seeds = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in SEEDS]
         record["runs"] += len(seeds)
         record["seconds"] += sum(r["seconds"] for r in seeds)
-        attempt.verdicts = {s: r["verdict"]["verdict"] for s, r in zip(SEEDS, seeds)}
-        attempt.crashed = [s for s, r in zip(SEEDS, seeds) if r["error"] and r["verdict"]["verdict"] == "healthy"]
-        attempt.returns = {s: r["return"] for s, r in zip(SEEDS, seeds) if math.isfinite(r["return"])}
-        attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds)}, PRIORITY)
+        attempt.verdicts = {s: r["verdict"]["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}
+        attempt.crashed = [s for s, r in zip(SEEDS, seeds, strict=False) if r["error"] and r["verdict"]["verdict"] == "healthy"]
+        attempt.returns = {s: r["return"] for s, r in zip(SEEDS, seeds, strict=False) if math.isfinite(r["return"])}
+        attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}, PRIORITY)
         ok, attempt.result = plan.passes(attempt)
         row = {"attempt": attempt.number, "patch": attempt.patch, "verdicts": attempt.verdicts,
                "labels": [r["label"] for r in seeds], "mean_return": attempt.mean_return, "passes": ok,
@@ -153,8 +154,8 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         fresh = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in FRESH]
         record["runs"] += len(fresh)
         record["seconds"] += sum(r["seconds"] for r in fresh)
-        confirmed = plan.confirmed(attempt, {s: r["verdict"]["verdict"] for s, r in zip(FRESH, fresh)},
-                                   {s: r["return"] for s, r in zip(FRESH, fresh) if math.isfinite(r["return"])})
+        confirmed = plan.confirmed(attempt, {s: r["verdict"]["verdict"] for s, r in zip(FRESH, fresh, strict=False)},
+                                   {s: r["return"] for s, r in zip(FRESH, fresh, strict=False) if math.isfinite(r["return"])})
         row["fresh_verdicts"] = [r["verdict"]["verdict"] for r in fresh]
         row["fresh_labels"] = [r["label"] for r in fresh]
         row["confirmed"] = confirmed
@@ -208,7 +209,6 @@ REPROS = {
 
 def repair_repro(name: str) -> list[dict[str, Any]]:
     """One reproduction as a one-trial sweep, then ``rlsweep repair`` with each strategy."""
-    import os
 
     from rich.console import Console
 
@@ -320,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="corpus case ids")
     parser.add_argument("--skip-repros", action="store_true")
     parser.add_argument("--skip-corpus", action="store_true")
+    parser.add_argument("--repro", help=argparse.SUPPRESS)  # one reproduction, in a process of its own
     args = parser.parse_args(argv)
+    if args.repro:
+        print(json.dumps(repair_repro(args.repro), default=str))
+        return 0
     corpus: list[dict[str, Any]] = []
     if not args.skip_corpus:
         if not CORPUS_RUNS.is_dir():
@@ -337,9 +341,14 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     repros: list[dict[str, Any]] = []
     if not args.skip_repros:
-        for name in REPROS:
-            with mp.get_context("spawn").Pool(1) as pool:  # its own cwd and results folder
-                repros += pool.apply(repair_repro, (name,))
+        import subprocess
+
+        for name in REPROS:  # each in its own process: its own cwd, results folder and worker pool
+            done = subprocess.run([sys.executable, __file__, "--repro", name], capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(REPO)))
+            if done.returncode != 0:
+                raise RuntimeError(f"reproduction {name} failed:\n{done.stderr[-3000:]}")
+            repros += json.loads(done.stdout.strip().splitlines()[-1])
             print(f"reproduction {name}: {[(r['strategy'], r['status']) for r in repros if r['repro'] == name]}",
                   flush=True)
     BENCH.mkdir(parents=True, exist_ok=True)

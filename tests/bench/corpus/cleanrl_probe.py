@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import measure
 import numpy as np
 import torch
-
-import measure
 
 SCRIPT = Path(__file__).resolve().parents[3] / "conf" / "repro" / "cleanrl_ppo.py"
 

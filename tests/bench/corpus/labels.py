@@ -76,7 +76,7 @@ def _same(returns: list[float] | None) -> bool:
 def _collapsed(m: dict[str, Any]) -> bool:
     values, steps, budget = m["determinism"], m["snapshot_steps"], m["budget"]
     limit = COLLAPSE_CATEGORICAL if m["kind"] == "categorical" else COLLAPSE_STD
-    for i, (value, step) in enumerate(zip(values, steps)):
+    for i, (value, step) in enumerate(zip(values, steps, strict=False)):
         if step > COLLAPSE_BY * budget:
             return False
         if math.isfinite(value) and value < limit:

@@ -19,8 +19,9 @@ Label rules that use these numbers live in ``conf/corpus/README.md`` and ``label
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def kl(p: Snapshot, q: Snapshot) -> float:
         return math.inf
     if p.kind == "categorical":
         total = 0.0
-        for a, b in zip(p.probs, q.probs):
+        for a, b in zip(p.probs, q.probs, strict=False):
             a, b = np.clip(a, 1e-12, 1.0), np.clip(b, 1e-12, 1.0)
             total += float(np.mean(np.sum(a * (np.log(a) - np.log(b)), axis=-1)))
         return total

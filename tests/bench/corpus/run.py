@@ -147,6 +147,7 @@ class SB3Probe:
 
     def rollout(self) -> dict[str, Any]:
         import torch as th
+
         from sweeps import envs
         from sweeps.wrappers import ScaleReward
 
@@ -253,7 +254,7 @@ def _summarise(record: dict[str, Any], budget: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "snapshot_steps": [s.step for s in snaps],
         "kl_from_start": [measure.kl(first, s) for s in snaps],
-        "kl_consecutive": [measure.kl(a, b) for a, b in zip(snaps, snaps[1:])],
+        "kl_consecutive": [measure.kl(a, b) for a, b in zip(snaps, snaps[1:], strict=False)],
         "determinism": [measure.determinism(s) for s in snaps],
         "param_norm": [s.param_norm for s in snaps],
         "finite": [s.finite() for s in snaps],
