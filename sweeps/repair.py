@@ -36,6 +36,13 @@ STRATEGIES = ("findings", "random")
 _MERGED = ("normalize", "init_gains")
 # What rlsweep's knobs are when a config leaves them out (SB3's orthogonal-init gains, no decay).
 _KNOB_DEFAULTS = {"weight_decay": 0.0, "init_gains": {"hidden": math.sqrt(2), "policy": 0.01, "value": 1.0}}
+# Verdicts with nothing for a patch to act on: said, never tried.
+_NOT_KNOBS = {"healthy": "nothing to repair: rlsweep's verdict is healthy on every seed"}
+# A reward that never varies: its run's other findings (a dead gradient, a stuck critic) carry patches
+# and are tried, since the verdict may only mean the policy never reached a reward (Acrobot's -1 per
+# step); when none works, the message says what knobs cannot do.
+_DEGENERATE = ("the reward never varies, so no learning rate, clipping or normalisation gives the policy a "
+               "signal; fix the env's reward")
 # What a crash with no finding gets: the general stabilisers, gentlest first.
 _CRASH_MENU = ("clip", "lr/3", "normalize_reward")
 
@@ -255,8 +262,12 @@ class Plan:
 
     def next_attempt(self) -> Attempt | None:
         """The next attempt to run, or None (and ``status``/``message`` say why) when there is none."""
+        if self.verdict in _NOT_KNOBS and not self.attempts:
+            self.finish("failed", _NOT_KNOBS[self.verdict])
+            return None
         if len(self.attempts) >= self.max_attempts:
-            self.finish("failed", f"no repair within {self.max_attempts} attempt(s)")
+            self.finish("failed", f"no repair within {self.max_attempts} attempt(s)"
+                        + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else ""))
             return None
         last = self.attempts[-1] if self.attempts else None
         chosen = self._extend(last) if last is not None else None
@@ -272,11 +283,11 @@ class Plan:
         return attempt
 
     def _nothing_left(self) -> str:
+        if self.verdict == "degenerate_reward":
+            return ("not repaired: every patch was tried; " if self.attempts else "not repairable with knobs: ") \
+                + _DEGENERATE
         if self.attempts or self.strategy != "findings" or self.candidates:
             return "no patch left to try: every candidate was tried"
-        if self.verdict == "degenerate_reward":
-            return ("not repairable with knobs: the reward never varies, so no learning rate, clipping or "
-                    "normalisation gives the policy a signal; fix the env's reward")
         return f"not repairable with knobs: the {self.verdict} findings carry no knob patch"
 
     def _extend(self, last: Attempt) -> tuple[dict, dict, str, str] | None:

@@ -355,3 +355,23 @@ def test_repair_refuses_unknown_trials_and_a_running_sweep(write_spec, cli, work
         busy = cli("repair", "tiny_ok")
     assert busy.returncode == 2 and "another rlsweep process is running" in busy.stderr
     assert cli("repair", "no_such_sweep").returncode == 2
+
+
+def test_repair_a_handed_over_config(write_spec, cli, workdir):
+    """--spec with --trial-config: the config is trained as a one-trial sweep of its own, repaired if it
+    fails (here it does not), and a config file that is not a mapping is refused with exit 2."""
+    write_spec(dict(BROKEN, name="handed", algo="PPO", env={"id": "CartPole-v1", "n_envs": 1}, seeds=1,
+                    total_timesteps=256, hyperparams={"n_steps": 64}, stability={},
+                    space={"learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}))
+    (workdir / "config.yaml").write_text("hyperparams: {learning_rate: 0.0003, batch_size: 32}\n")
+    done = cli("repair", "--spec", "sweep.yaml", "--trial-config", "config.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (folder,) = (workdir / "results").glob("handed-repair-*")
+    study = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder}/optuna.db")
+    (trial,) = study.get_trials()
+    assert trial.user_attrs["rlsweep.outcome"] == "complete" and not (folder / "repairs.yaml").exists()
+    (workdir / "list.yaml").write_text("[1, 2]\n")
+    bad = cli("repair", "--spec", "sweep.yaml", "--trial-config", "list.yaml")
+    assert bad.returncode == 2 and "list.yaml" in bad.stderr and "expected a mapping" in bad.stderr
+    both = cli("repair", "handed", "--spec", "sweep.yaml")
+    assert both.returncode == 2 and "not both" in both.stderr

@@ -229,6 +229,10 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
         run_sweep(spec, console, workers=2)
     out = []
     for strategy in STRATEGIES:
+        kept = folder / f"result_{strategy}.json"
+        if kept.is_file():  # repaired before: kept, like the corpus's runs
+            out += json.loads(kept.read_text())
+            continue
         started = time.perf_counter()
         plans = repair_sweep(name, console, [0], RepairSettings(max_attempts=MAX_ATTEMPTS, strategy=strategy,
                                                                 rng_seed=7), workers=2)
@@ -241,6 +245,7 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
                         "runs": jobs, "trial_runs": len(plan.seeds), "seconds": round(time.perf_counter() - started, 1),
                         "attempts": [{"patch": a["patch"], "verdict": a["verdict"], "result": a["result"]}
                                      for a in d["attempts"]]})
+        kept.write_text(json.dumps([r for r in out if r["strategy"] == strategy], default=str))
     return out
 
 
