@@ -26,6 +26,7 @@ test: install
 # ruff (rules in pyproject.toml: E, F, I, B, UP and S) and mypy on stability/ and the engine of sweeps/
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 type: install
 	$(VENV)/bin/mypy

@@ -6,21 +6,39 @@ Usable without the rest of rlsweep (it never imports ``sweeps``)::
 
 ``import stability`` stays light: torch and SB3 load only when the callback is used.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
 RLSWEEP = True  # tells this package apart from the unrelated PyPI distribution named 'stability'
-VERDICTS = ("healthy", "nan_scale", "dead_policy_gradient", "stuck_value_loss", "entropy_collapse",
-            "exploding_updates", "degenerate_reward")
+VERDICTS = (
+    "healthy",
+    "nan_scale",
+    "dead_policy_gradient",
+    "stuck_value_loss",
+    "entropy_collapse",
+    "exploding_updates",
+    "degenerate_reward",
+)
 
 from stability.signals import CANONICAL, History  # noqa: E402
 from stability.thresholds import ThresholdError, Thresholds  # noqa: E402
 from stability.verdict import Finding, Verdict, classify  # noqa: E402
 
-__all__ = ["CANONICAL", "Finding", "History", "StabilityCallback", "ThresholdError", "Thresholds", "VERDICTS",
-           "Verdict", "classify", "diagnose"]
+__all__ = [
+    "CANONICAL",
+    "Finding",
+    "History",
+    "StabilityCallback",
+    "ThresholdError",
+    "Thresholds",
+    "VERDICTS",
+    "Verdict",
+    "classify",
+    "diagnose",
+]
 
 
 def __getattr__(name: str) -> Any:

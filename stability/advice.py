@@ -6,6 +6,7 @@ A patch is ``{"patch": {knob: value}, "why": text}``; knob names are rlsweep's (
 has is never made; where the run's config is unknown (a plain TensorBoard log) the patch is made
 and its ``why`` says the current value was not seen. ``rlsweep repair`` applies them in order.
 """
+
 from __future__ import annotations
 
 import math

@@ -17,6 +17,7 @@ SB3 logger as ``stability/NAME`` (so TensorBoard/CSV logs carry them) and append
 to :attr:`history`. SB3 records ``train/*`` after its log dump and never dumps the last
 update; the callback captures every update as it is recorded, and dumps the last one itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,22 @@ from stability.verdict import Judge, Verdict
 OVERRIDE_KEYS = ("action_overridden", "overridden", "intervened", "intervention", "forced", "is_overridden")
 
 # Signals the callback computes itself (everything else comes from ``train/*``).
-OWN = ("ep_return", "ep_length", "log_std_min", "log_std_max", "loc_abs_max", "params_finite", "adv_std", "return_std", "return_rms",
-       "reward_mean", "reward_std", "reward_norm_std", "reward_distinct", "override_fraction")
+OWN = (
+    "ep_return",
+    "ep_length",
+    "log_std_min",
+    "log_std_max",
+    "loc_abs_max",
+    "params_finite",
+    "adv_std",
+    "return_std",
+    "return_rms",
+    "reward_mean",
+    "reward_std",
+    "reward_norm_std",
+    "reward_distinct",
+    "override_fraction",
+)
 
 
 class StabilityCallback(BaseCallback):
@@ -61,11 +76,18 @@ class StabilityCallback(BaseCallback):
         truthy value counts); envs name this in their own ways.
     """
 
-    def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (),
-                 on_update: Callable[[int, dict[str, float], Verdict], None] | None = None,
-                 check_every: int = 1, min_update_steps: int | None = None, grad_norms: bool = True,
-                 max_grad_norm: float | None = None, override_keys: Iterable[str] = OVERRIDE_KEYS,
-                 verbose: int = 0) -> None:
+    def __init__(
+        self,
+        thresholds: Thresholds | None = None,
+        stop_on: Iterable[str] = (),
+        on_update: Callable[[int, dict[str, float], Verdict], None] | None = None,
+        check_every: int = 1,
+        min_update_steps: int | None = None,
+        grad_norms: bool = True,
+        max_grad_norm: float | None = None,
+        override_keys: Iterable[str] = OVERRIDE_KEYS,
+        verbose: int = 0,
+    ) -> None:
         super().__init__(verbose)
         if check_every < 1:
             raise ValueError(f"check_every >= 1 must hold, but got check_every={check_every}")
@@ -73,8 +95,10 @@ class StabilityCallback(BaseCallback):
         self.stop_on = frozenset(stop_on)
         unknown = self.stop_on - set(self.thresholds.known_verdicts())
         if unknown:
-            raise ValueError(f"stop_on names unknown failure classes {sorted(unknown)}; "
-                             f"allowed: {', '.join(self.thresholds.known_verdicts())}")
+            raise ValueError(
+                f"stop_on names unknown failure classes {sorted(unknown)}; "
+                f"allowed: {', '.join(self.thresholds.known_verdicts())}"
+            )
         self.on_update = on_update
         self.check_every = check_every
         self.min_update_steps = min_update_steps
@@ -170,8 +194,9 @@ class StabilityCallback(BaseCallback):
             stats["reward_mean"] = float(raw.mean())
             stats["reward_std"] = float(raw.std())
             stats["reward_distinct"] = float(np.unique(raw).size)
-            stats["reward_norm_std"] = float(np.concatenate(self._seen).std()) if self._vecnorm is not None \
-                else stats["reward_std"]
+            stats["reward_norm_std"] = (
+                float(np.concatenate(self._seen).std()) if self._vecnorm is not None else stats["reward_std"]
+            )
         if self._override_total:
             stats["override_fraction"] = self._overrides / self._override_total
         buffer = getattr(self.model, "rollout_buffer", None)
@@ -201,8 +226,11 @@ class StabilityCallback(BaseCallback):
         if self._finished and error is None:
             return self.verdict
         if error is not None:
-            self.history.error = error if isinstance(error, str) else "".join(
-                traceback.format_exception(type(error), error, error.__traceback__))
+            self.history.error = (
+                error
+                if isinstance(error, str)
+                else "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            )
         if self._finished:  # the crash came after training ended (e.g. in evaluation): judge again
             self.verdict = self._judge.check(self.history, final=True)
             self._note_certain()
@@ -276,7 +304,6 @@ class StabilityCallback(BaseCallback):
         if self.on_update is not None:
             self.on_update(self._update_step, signals, self.verdict)
 
-
     @property
     def detected_step(self) -> int | None:
         """The env step at which the final verdict's class was first certain (None if healthy)."""
@@ -289,9 +316,12 @@ class StabilityCallback(BaseCallback):
 
     def _urgent(self, signals: dict[str, float]) -> bool:
         t = self.thresholds.of("nan_scale")
-        return (not all(math.isfinite(v) for v in signals.values()) or signals.get("params_finite", 1.0) < 1.0
-                or signals.get("log_std_max", 0.0) > t["log_std_warn_high"]
-                or signals.get("log_std_min", 0.0) < t["log_std_warn_low"])
+        return (
+            not all(math.isfinite(v) for v in signals.values())
+            or signals.get("params_finite", 1.0) < 1.0
+            or signals.get("log_std_max", 0.0) > t["log_std_warn_high"]
+            or signals.get("log_std_min", 0.0) < t["log_std_warn_low"]
+        )
 
 
 def _number(value: Any) -> float | None:
@@ -359,6 +389,9 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         ctx["entropy_max"] = float(np.prod(space.shape) * math.log(2))
     value_net = getattr(model.policy, "value_net", None)
     if isinstance(value_net, th.nn.Linear):
-        ctx["value_head_weight_std"] = float(value_net.weight.detach().std()) if value_net.weight.numel() > 1 \
+        ctx["value_head_weight_std"] = (
+            float(value_net.weight.detach().std())
+            if value_net.weight.numel() > 1
             else float(value_net.weight.detach().abs().mean())
+        )
     return ctx

@@ -5,6 +5,7 @@
 onto canonical signals and runs every detector over the whole run. A crash text (a traceback)
 can be passed as ``error``; for rlsweep's own MLflow runs the recorded error is used.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,11 @@ def load_history(source: str | Path, error: str | None = None, tracking_uri: str
         return history_from_scalars(read_tensorboard(path), error=error)
     text = str(source)
     if not _RUN_ID.match(text):
-        raise LogReadError(f"{text}: no such file or directory, and not an MLflow run id (32 hex digits). "
-                           "Give a TensorBoard log directory, an event file, or a run id.", source=text)
+        raise LogReadError(
+            f"{text}: no such file or directory, and not an MLflow run id (32 hex digits). "
+            "Give a TensorBoard log directory, an event file, or a run id.",
+            source=text,
+        )
     scalars, tags = read_mlflow_run(text, tracking_uri)
     context = {}
     if tags.get("stability.context"):
@@ -47,11 +51,15 @@ def load_history(source: str | Path, error: str | None = None, tracking_uri: str
     return history_from_scalars(scalars, context=context, error=error or tags.get("rlsweep.error"))
 
 
-def diagnose(source: str | Path, error: str | None = None, tracking_uri: str | None = None,
-             thresholds: Thresholds | None = None) -> Verdict:
+def diagnose(
+    source: str | Path, error: str | None = None, tracking_uri: str | None = None, thresholds: Thresholds | None = None
+) -> Verdict:
     """Verdict for a finished run; raises :class:`LogReadError` when the source is unreadable."""
     history = load_history(source, error, tracking_uri)
     if not len(history):
-        raise LogReadError(f"{source}: the log holds no training signals this tool knows (SB3 'train/*', "
-                           "CleanRL 'losses/*', or 'stability/*' keys)", source=str(source))
+        raise LogReadError(
+            f"{source}: the log holds no training signals this tool knows (SB3 'train/*', "
+            "CleanRL 'losses/*', or 'stability/*' keys)",
+            source=str(source),
+        )
     return judge(history, thresholds)

@@ -10,6 +10,7 @@ clipping, split by role from SB3's parameter names:
 
 A huge value loss can dominate a shared clipped norm and starve the actor: the split shows it.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,12 @@ class GradNormMonitor:
     step itself. No per-parameter hooks: the cost stays a fraction of a percent of training.
     """
 
-    def __init__(self, policy: th.nn.Module, optimizers: list[th.optim.Optimizer] | None = None,
-                 max_grad_norm: float | None = None) -> None:
+    def __init__(
+        self,
+        policy: th.nn.Module,
+        optimizers: list[th.optim.Optimizer] | None = None,
+        max_grad_norm: float | None = None,
+    ) -> None:
         self.max_grad_norm = max_grad_norm
         self._role = {id(p): ROLES.index(role_of(name)) for name, p in policy.named_parameters()}
         self._index: dict[tuple[int, ...], tuple[th.Tensor, list[int]]] = {}  # per parameter list, built once
@@ -56,8 +61,14 @@ class GradNormMonitor:
         self._original = th.nn.utils.clip_grad_norm_
         th.nn.utils.clip_grad_norm_ = self._clip
 
-    def _clip(self, parameters: Any, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
-              foreach: bool | None = None) -> th.Tensor:
+    def _clip(
+        self,
+        parameters: Any,
+        max_norm: float,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = False,
+        foreach: bool | None = None,
+    ) -> th.Tensor:
         """``clip_grad_norm_`` that keeps the norms it computes (same arithmetic as torch's for the
         L2 norm SB3 uses: one norm pass instead of two, so recording costs next to nothing)."""
         params = [parameters] if isinstance(parameters, th.Tensor) else list(parameters)
@@ -87,8 +98,9 @@ class GradNormMonitor:
     def _close(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         by_role, self._pending = self._pending, None
         if by_role is None:  # nothing clipped before this step: its gradients are the raw ones
-            by_role = self._norms([p for group in optimizer.param_groups for p in group["params"]
-                                   if p.grad is not None])[0]
+            by_role = self._norms(
+                [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            )[0]
         if not by_role:
             return
         record = {role: math.sqrt(value) for role, value in by_role.items()}

@@ -1,4 +1,5 @@
 """A one-page PNG of the key signals of a run, with the verdict's onset marked."""
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,11 @@ def plot_signals(history: History, verdict: Verdict, path: str | Path, title: st
         ax.tick_params(labelsize=7)
     head = f"{title}  " if title else ""
     onset = f" (onset at step {verdict.onset_step})" if verdict.onset_step is not None else ""
-    fig.suptitle(f"{head}verdict: {verdict.verdict}{onset}", fontsize=11,
-                 color="black" if verdict.verdict == "healthy" else "darkred")
+    fig.suptitle(
+        f"{head}verdict: {verdict.verdict}{onset}",
+        fontsize=11,
+        color="black" if verdict.verdict == "healthy" else "darkred",
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)

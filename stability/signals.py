@@ -30,6 +30,7 @@ Canonical signals (per update unless noted):
 ``learning_rate``           current learning rate
 ==========================  ===============================================================
 """
+
 from __future__ import annotations
 
 import bisect
@@ -41,23 +42,49 @@ from typing import Any
 import numpy as np
 
 CANONICAL = (
-    "pg_loss", "value_loss", "approx_kl", "clip_fraction", "entropy", "explained_variance", "std",
-    "log_std_min", "log_std_max", "loc_abs_max", "grad_norm", "grad_norm_max", "grad_norm_actor", "grad_norm_critic",
-    "grad_norm_log_std", "grad_norm_shared", "grad_clipped_fraction", "params_finite", "loss",
-    "adv_std", "return_std", "return_rms", "reward_mean", "reward_std", "reward_norm_std", "reward_distinct",
-    "override_fraction", "ep_return", "ep_length", "learning_rate", "clip_range",
+    "pg_loss",
+    "value_loss",
+    "approx_kl",
+    "clip_fraction",
+    "entropy",
+    "explained_variance",
+    "std",
+    "log_std_min",
+    "log_std_max",
+    "loc_abs_max",
+    "grad_norm",
+    "grad_norm_max",
+    "grad_norm_actor",
+    "grad_norm_critic",
+    "grad_norm_log_std",
+    "grad_norm_shared",
+    "grad_clipped_fraction",
+    "params_finite",
+    "loss",
+    "adv_std",
+    "return_std",
+    "return_rms",
+    "reward_mean",
+    "reward_std",
+    "reward_norm_std",
+    "reward_distinct",
+    "override_fraction",
+    "ep_return",
+    "ep_length",
+    "learning_rate",
+    "clip_range",
 )
 
 # stable-baselines3 / sb3-contrib logger keys -> (canonical name, sign)
 SB3_KEYS: dict[str, tuple[str, float]] = {
     "train/policy_gradient_loss": ("pg_loss", 1.0),
-    "train/policy_loss": ("pg_loss", 1.0),          # A2C (unnormalised advantages: far from 0)
-    "train/actor_loss": ("pg_loss", 1.0),           # SAC, TD3, TQC
+    "train/policy_loss": ("pg_loss", 1.0),  # A2C (unnormalised advantages: far from 0)
+    "train/actor_loss": ("pg_loss", 1.0),  # SAC, TD3, TQC
     "train/value_loss": ("value_loss", 1.0),
-    "train/critic_loss": ("value_loss", 1.0),       # SAC, TD3, TQC
+    "train/critic_loss": ("value_loss", 1.0),  # SAC, TD3, TQC
     "train/approx_kl": ("approx_kl", 1.0),
     "train/clip_fraction": ("clip_fraction", 1.0),
-    "train/entropy_loss": ("entropy", -1.0),        # SB3 logs -entropy
+    "train/entropy_loss": ("entropy", -1.0),  # SB3 logs -entropy
     "train/explained_variance": ("explained_variance", 1.0),
     "train/std": ("std", 1.0),
     "train/loss": ("loss", 1.0),
@@ -80,7 +107,7 @@ CLEANRL_KEYS: dict[str, tuple[str, float]] = {
     "losses/value_loss": ("value_loss", 1.0),
     "losses/approx_kl": ("approx_kl", 1.0),
     "losses/clipfrac": ("clip_fraction", 1.0),
-    "losses/entropy": ("entropy", 1.0),             # CleanRL logs +entropy
+    "losses/entropy": ("entropy", 1.0),  # CleanRL logs +entropy
     "losses/explained_variance": ("explained_variance", 1.0),
     "losses/grad_norm": ("grad_norm", 1.0),
     "charts/episodic_return": ("ep_return", 1.0),
@@ -98,8 +125,8 @@ def canonical_key(key: str) -> tuple[str, float] | None:
         return SB3_KEYS[key]
     if key in CLEANRL_KEYS:
         return CLEANRL_KEYS[key]
-    if key.startswith(PREFIX) and key[len(PREFIX):] in CANONICAL:
-        return key[len(PREFIX):], 1.0
+    if key.startswith(PREFIX) and key[len(PREFIX) :] in CANONICAL:
+        return key[len(PREFIX) :], 1.0
     return None
 
 
@@ -117,7 +144,7 @@ class History:
     series: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    total_steps: int | None = None   # the planned budget, when known
+    total_steps: int | None = None  # the planned budget, when known
 
     def add(self, step: int, values: Mapping[str, float]) -> None:
         """Append one update: ``values`` maps canonical names to numbers (non-finite kept)."""
@@ -141,14 +168,14 @@ class History:
         indices, numbers = self.series[name]
         if last is None:
             return list(numbers)
-        return numbers[bisect.bisect_left(indices, len(self.steps) - last):]
+        return numbers[bisect.bisect_left(indices, len(self.steps) - last) :]
 
     def before(self, name: str, index: int) -> list[float]:
         """The signal's values from updates before ``index``."""
         if name not in self.series:
             return []
         indices, numbers = self.series[name]
-        return numbers[:bisect.bisect_left(indices, index)]
+        return numbers[: bisect.bisect_left(indices, index)]
 
     def indexed(self, name: str) -> list[tuple[int, float]]:
         """``(update_index, value)`` pairs of one signal."""
@@ -173,8 +200,12 @@ class History:
         return self.steps[-1] if self.steps else 0
 
     @classmethod
-    def from_scalars(cls, scalars: Mapping[str, Iterable[tuple[int, float]]],
-                     context: Mapping[str, Any] | None = None, error: str | None = None) -> History:
+    def from_scalars(
+        cls,
+        scalars: Mapping[str, Iterable[tuple[int, float]]],
+        context: Mapping[str, Any] | None = None,
+        error: str | None = None,
+    ) -> History:
         """Build a history from logged scalars keyed by their library names (SB3, CleanRL or
         ``stability/*``), each a sequence of ``(step, value)``. Values logged at the same step
         form one update; unknown keys are ignored."""
@@ -220,8 +251,9 @@ class History:
             cut = bisect.bisect_left(indices, n)
             if cut:
                 series[name] = (indices[:cut], numbers[:cut])
-        return History(self.steps[:n], series, self.context, self.error if n >= len(self.steps) else None,
-                       self.total_steps)
+        return History(
+            self.steps[:n], series, self.context, self.error if n >= len(self.steps) else None, self.total_steps
+        )
 
     def regroup(self, min_steps: int) -> History:
         """Updates merged so that each record spans at least ``min_steps`` env steps, the way the

@@ -4,6 +4,7 @@ The defaults are the values in ``conf/stability.yaml``, which gives the reasonin
 (a test keeps the two equal). A file only needs the keys it changes; an unknown key is an
 error naming the file and the key path.
 """
+
 from __future__ import annotations
 
 import copy
@@ -103,8 +104,9 @@ class Thresholds:
             for key, value in section.items():
                 problems.extend(self._set(name, key, value))
         if problems:
-            raise ThresholdError(f"{source}: {len(problems)} error{'s' * (len(problems) > 1)}\n  "
-                                 + "\n  ".join(problems))
+            raise ThresholdError(
+                f"{source}: {len(problems)} error{'s' * (len(problems) > 1)}\n  " + "\n  ".join(problems)
+            )
 
     def _set(self, name: str, key: str, value: Any) -> list[str]:
         default = DEFAULTS[name].get(key)

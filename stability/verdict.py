@@ -1,4 +1,5 @@
 """Findings, verdicts, and :func:`classify`, which runs every detector over a history."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,14 @@ from stability.thresholds import Thresholds
 # When several failures are certain, the verdict names the one that explains the others:
 # non-finite numbers end everything; exploding updates cause most of what follows them; a
 # reward with no signal makes a dead gradient and a stuck critic unavoidable.
-PRIORITY = ("nan_scale", "exploding_updates", "degenerate_reward", "dead_policy_gradient", "stuck_value_loss",
-            "entropy_collapse")
+PRIORITY = (
+    "nan_scale",
+    "exploding_updates",
+    "degenerate_reward",
+    "dead_policy_gradient",
+    "stuck_value_loss",
+    "entropy_collapse",
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ class Verdict:
     findings: list[Finding]
     updates: int
     last_step: int
-    notes: list[str] = field(default_factory=list)   # what limited the judgement (e.g. a short run)
+    notes: list[str] = field(default_factory=list)  # what limited the judgement (e.g. a short run)
 
     @classmethod
     def empty(cls) -> Verdict:
@@ -60,9 +67,14 @@ class Verdict:
         return [f for f in self.findings if not f.certain]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "onset_step": self.onset_step, "updates": self.updates,
-                "last_step": self.last_step, "notes": list(self.notes),
-                "findings": [f.to_dict() for f in self.findings]}
+        return {
+            "verdict": self.verdict,
+            "onset_step": self.onset_step,
+            "updates": self.updates,
+            "last_step": self.last_step,
+            "notes": list(self.notes),
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -70,8 +82,14 @@ class Verdict:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
         findings = [Finding(**f) for f in data.get("findings", [])]
-        return cls(data["verdict"], data.get("onset_step"), findings, int(data.get("updates", 0)),
-                   int(data.get("last_step", 0)), list(data.get("notes", [])))
+        return cls(
+            data["verdict"],
+            data.get("onset_step"),
+            findings,
+            int(data.get("updates", 0)),
+            int(data.get("last_step", 0)),
+            list(data.get("notes", [])),
+        )
 
     def render(self) -> str:
         """A few readable lines: the verdict, then per finding the evidence and the advice."""
@@ -112,8 +130,10 @@ def classify(history: History, thresholds: Thresholds | None = None, final: bool
             findings.append(finding)
     notes = []
     if len(history) < SHORT_RUN:
-        notes.append(f"short run: {len(history)} updates (detectors are sure from {SHORT_RUN}); judged on what "
-                     "there is, with smaller windows")
+        notes.append(
+            f"short run: {len(history)} updates (detectors are sure from {SHORT_RUN}); judged on what "
+            "there is, with smaller windows"
+        )
     return _verdict(findings, history, notes)
 
 
@@ -154,8 +174,11 @@ class Judge:
 def judge(history: History, thresholds: Thresholds | None = None) -> Verdict:
     """The final verdict of a finished run: judged at every checkpoint, then as a whole."""
     judge_ = Judge(thresholds)
-    replay = history if history.total_steps else History(history.steps, history.series, history.context,
-                                                         history.error, history.last_step or None)
+    replay = (
+        history
+        if history.total_steps
+        else History(history.steps, history.series, history.context, history.error, history.last_step or None)
+    )
     for n in checkpoints(len(replay))[:-1]:
         judge_.check(replay.prefix(n))
     return judge_.check(replay, final=True)

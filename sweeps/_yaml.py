@@ -3,6 +3,7 @@
 PyYAML follows YAML 1.1, where a float needs a dot (``3.0e+5``); ``3e5`` comes back as
 the string ``'3e5'``. Sweep files are full of such numbers, so they are read as floats.
 """
+
 from __future__ import annotations
 
 import re

@@ -6,6 +6,7 @@ applies its own schedule to the critic's optimizer after SB3's update, and logs 
 ``train/critic_learning_rate``. Saved models load with the plain ``SAC.load`` (the critic rate
 then only matters if training continues).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

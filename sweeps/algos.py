@@ -3,6 +3,7 @@
 Later capabilities add entries with :func:`register`; nothing else in rlsweep names an
 algorithm class directly.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,15 +26,26 @@ MANAGED = {
     "_init_setup_model": "internal to stable-baselines3",
 }
 
-ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU", "gelu": "GELU",
-               "silu": "SiLU"}
+ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU", "gelu": "GELU", "silu": "SiLU"}
 # torch.optim classes a spec may name in policy_kwargs.optimizer_class (either spelling)
-OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD", "adagrad": "Adagrad",
-                     "adamax": "Adamax", "nadam": "NAdam", "radam": "RAdam"}
+OPTIMIZER_CLASSES = {
+    "adam": "Adam",
+    "adamw": "AdamW",
+    "rmsprop": "RMSprop",
+    "sgd": "SGD",
+    "adagrad": "Adagrad",
+    "adamax": "Adamax",
+    "nadam": "NAdam",
+    "radam": "RAdam",
+}
 # policy_kwargs whose value SB3 needs as a class: the names a spec may write for each ("module:Class" for
 # classes of the user's own code)
-CLASS_KWARGS = {"activation_fn": ACTIVATIONS, "optimizer_class": OPTIMIZER_CLASSES,
-                "features_extractor_class": {}, "lstm_class": {}}
+CLASS_KWARGS = {
+    "activation_fn": ACTIVATIONS,
+    "optimizer_class": OPTIMIZER_CLASSES,
+    "features_extractor_class": {},
+    "lstm_class": {},
+}
 
 
 def class_name_problem(key: str, value: object) -> str | None:
@@ -157,7 +169,7 @@ def resolve_kwargs(hyperparams: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str) and value.startswith("lin_"):
             from sweeps.knobs import LinearSchedule
 
-            kwargs[key] = LinearSchedule(float(value[len("lin_"):]))
+            kwargs[key] = LinearSchedule(float(value[len("lin_") :]))
     policy_kwargs = dict(kwargs.get("policy_kwargs") or {})
     for key in CLASS_KWARGS:
         if isinstance(policy_kwargs.get(key), str):

@@ -1,4 +1,5 @@
 """``rlsweep``: run, validate, status, ui. Heavy libraries are imported only by the command that needs them."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,20 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlsweep", description="RL hyperparameter sweeps that tell you why "
-                                                                 "trials fail.")
+    parser = argparse.ArgumentParser(
+        prog="rlsweep", description="RL hyperparameter sweeps that tell you why trials fail."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run (or continue) a sweep from a YAML file")
     run.add_argument("spec", help="sweep YAML file")
     run.add_argument("--workers", type=_positive, help="parallel trial seeds (default: spec 'workers' or CPUs)")
     run.add_argument("--trials", type=_positive, help="number of trials (overrides the spec's 'trials')")
     run.add_argument("--backend", choices=["local", "ray"], help="where trials run (overrides the spec's backend.kind)")
-    run.add_argument("--address", help="Ray cluster: 'auto', 'ray://HOST:10001' or HOST:PORT (implies --backend ray; "
-                                       "default: start a local Ray instance)")
+    run.add_argument(
+        "--address",
+        help="Ray cluster: 'auto', 'ray://HOST:10001' or HOST:PORT (implies --backend ray; "
+        "default: start a local Ray instance)",
+    )
     validate = sub.add_parser("validate", help="check a sweep file without running it")
     validate.add_argument("spec", nargs="+", help="sweep YAML file(s)")
     status = sub.add_parser("status", help="show a sweep's trials")
@@ -49,26 +54,47 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("name", help="sweep name (its folder under results/)")
     export.add_argument("-o", "--output", help="file to write (default: results/NAME/safe_configs.yaml)")
     export.add_argument("--top", type=_positive, default=5, help="how many safe configs (default 5)")
-    export.add_argument("--format", default="sb3", choices=["sb3", "zoo"],
-                        help="sb3: kwargs for the algorithm class; zoo: rl-zoo3's hyperparams layout")
-    export.add_argument("--confirm-seeds", type=_positive, default=None,
-                        help="re-train the top configs on N seeds the sweep never used, and report both scores")
+    export.add_argument(
+        "--format",
+        default="sb3",
+        choices=["sb3", "zoo"],
+        help="sb3: kwargs for the algorithm class; zoo: rl-zoo3's hyperparams layout",
+    )
+    export.add_argument(
+        "--confirm-seeds",
+        type=_positive,
+        default=None,
+        help="re-train the top configs on N seeds the sweep never used, and report both scores",
+    )
     export.add_argument("--workers", type=_positive, default=None, help="processes for --confirm-seeds")
-    repair = sub.add_parser("repair", help="re-train failing trials with the knob patches their findings carry, "
-                                           "until healthy (confirmed on fresh seeds)")
+    repair = sub.add_parser(
+        "repair",
+        help="re-train failing trials with the knob patches their findings carry, "
+        "until healthy (confirmed on fresh seeds)",
+    )
     repair.add_argument("name", nargs="?", help="sweep name (its folder under results/)")
-    repair.add_argument("--trial", type=int, nargs="+", dest="trials", help="only these trials (default: every "
-                                                                            "failing trial not yet repaired)")
+    repair.add_argument(
+        "--trial",
+        type=int,
+        nargs="+",
+        dest="trials",
+        help="only these trials (default: every failing trial not yet repaired)",
+    )
     repair.add_argument("--max-attempts", type=_positive, default=2, help="patched re-trainings per trial (default 2)")
     repair.add_argument("--seeds", type=int, nargs="+", help="re-train on these seeds (default: the trial's)")
     repair.add_argument("--no-confirm", action="store_true", help="do not confirm a repair on fresh seeds")
-    repair.add_argument("--strategy", choices=["findings", "random"], default="findings",
-                        help="findings: the verdict's patches (default); random: random knob changes from the "
-                             "same menu (a baseline)")
+    repair.add_argument(
+        "--strategy",
+        choices=["findings", "random"],
+        default="findings",
+        help="findings: the verdict's patches (default); random: random knob changes from the same menu (a baseline)",
+    )
     repair.add_argument("--workers", type=_positive, help="parallel seeds (default: the spec's or CPUs)")
     repair.add_argument("--spec", help="repair a config you hand over: this sweep YAML (its fixed hyperparams) ...")
-    repair.add_argument("--trial-config", help="... with these hyperparams over it (YAML: a mapping, or an "
-                                               "exported config's 'hyperparams')")
+    repair.add_argument(
+        "--trial-config",
+        help="... with these hyperparams over it (YAML: a mapping, or an exported config's 'hyperparams')",
+    )
     report = sub.add_parser("report", help="summary, failure map and figures of a sweep (PNG + HTML, also in MLflow)")
     report.add_argument("name", help="sweep name (its folder under results/)")
     diag = sub.add_parser("diagnose", help="classify a run trained anywhere: TensorBoard logs or an MLflow run id")
@@ -76,7 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     diag.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     diag.add_argument("--error-file", help="text of the run's crash (e.g. its traceback), if it crashed")
     diag.add_argument("--tracking-uri", help="MLflow store for a run id (default: results/mlflow.db)")
-    diag.add_argument("--thresholds", help="detector thresholds YAML (default: the built-in conf/stability.yaml values)")
+    diag.add_argument(
+        "--thresholds", help="detector thresholds YAML (default: the built-in conf/stability.yaml values)"
+    )
     diag.add_argument("--plot", help="also save a PNG of the key signals with the onset marked")
     return parser
 
@@ -86,9 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     err = Console(stderr=True)
     try:
-        return {"run": _run, "validate": _validate, "status": _status, "ui": _ui,
-                "diagnose": _diagnose, "export": _export, "report": _report,
-                "repair": _repair}[args.command](args, console)
+        return {
+            "run": _run,
+            "validate": _validate,
+            "status": _status,
+            "ui": _ui,
+            "diagnose": _diagnose,
+            "export": _export,
+            "report": _report,
+            "repair": _repair,
+        }[args.command](args, console)
     except (SpecError, UsageError) as exc:
         err.print(str(exc), highlight=False, markup=False)
         return EXIT_USAGE
@@ -124,11 +159,17 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
         except SpecError as exc:
             failed.append(exc)
             continue
-        console.print(f"{path}: ok ({spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
-                      f"{len(spec.seed_list)} seeds, {len(spec.dims)} swept keys)", highlight=False)
+        console.print(
+            f"{path}: ok ({spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
+            f"{len(spec.seed_list)} seeds, {len(spec.dims)} swept keys)",
+            highlight=False,
+        )
     if failed:
-        raise SpecError(failed[0].source, failed[0].issues) if len(failed) == 1 else \
-            UsageError("\n".join(exc.render() for exc in failed))
+        raise (
+            SpecError(failed[0].source, failed[0].issues)
+            if len(failed) == 1
+            else UsageError("\n".join(exc.render() for exc in failed))
+        )
     return 0
 
 
@@ -179,12 +220,14 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 def _repair(args: argparse.Namespace, console: Console) -> int:
     from sweeps.repair import RepairSettings
 
-    settings = RepairSettings(max_attempts=args.max_attempts, confirm=not args.no_confirm, strategy=args.strategy,
-                              seeds=args.seeds)
+    settings = RepairSettings(
+        max_attempts=args.max_attempts, confirm=not args.no_confirm, strategy=args.strategy, seeds=args.seeds
+    )
     if args.spec:
         if args.name or args.trials:
-            raise UsageError("rlsweep repair: give either a sweep NAME (with --trial) or --spec (with --trial-config), "
-                             "not both")
+            raise UsageError(
+                "rlsweep repair: give either a sweep NAME (with --trial) or --spec (with --trial-config), not both"
+            )
         from sweeps.runner import repair_config
 
         repair_config(args.spec, args.trial_config, console, settings, workers=args.workers)
@@ -192,8 +235,10 @@ def _repair(args: argparse.Namespace, console: Console) -> int:
     if args.trial_config:
         raise UsageError("rlsweep repair: --trial-config needs --spec (the sweep YAML the config belongs to)")
     if not args.name:
-        raise UsageError("rlsweep repair: name a sweep (rlsweep repair NAME) or hand over a config "
-                         "(rlsweep repair --spec SWEEP.yaml --trial-config CONFIG.yaml)")
+        raise UsageError(
+            "rlsweep repair: name a sweep (rlsweep repair NAME) or hand over a config "
+            "(rlsweep repair --spec SWEEP.yaml --trial-config CONFIG.yaml)"
+        )
     from sweeps.runner import repair_sweep
 
     repair_sweep(args.name, console, args.trials, settings, workers=args.workers)
@@ -204,17 +249,24 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     from sweeps.export import export
     from sweeps.repair import describe
 
-    path, doc = export(args.name, args.output, args.top, args.format, args.confirm_seeds or 0,
-                       args.workers or os.cpu_count() or 1)
+    path, doc = export(
+        args.name, args.output, args.top, args.format, args.confirm_seeds or 0, args.workers or os.cpu_count() or 1
+    )
     trials = doc["trials"]
     repaired = f"; {trials['repaired']} repaired by rlsweep repair" if trials.get("repaired") else ""
-    console.print(f"{args.name}: {trials['safe']} safe of {trials['finished']} finished trials "
-                  f"({', '.join(f'{k} {v}' for k, v in sorted(trials['by_verdict'].items()))}){repaired}",
-                  highlight=False)
+    console.print(
+        f"{args.name}: {trials['safe']} safe of {trials['finished']} finished trials "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(trials['by_verdict'].items()))}){repaired}",
+        highlight=False,
+    )
     for item in doc["configs"]:
         confirm = item.get("confirm")
-        extra = f"; fresh seeds {confirm['seeds']}: score {confirm['score']}, " \
-                f"{'safe' if confirm['safe'] else 'NOT safe: ' + str(confirm['verdicts'])}" if confirm else ""
+        extra = (
+            f"; fresh seeds {confirm['seeds']}: score {confirm['score']}, "
+            f"{'safe' if confirm['safe'] else 'NOT safe: ' + str(confirm['verdicts'])}"
+            if confirm
+            else ""
+        )
         flag = " (few seeds)" if item["few_seeds"] else ""
         if "repaired" in item:
             flag += f" (repair of trial {item['repaired']['from_trial']}: {describe(item['repaired']['patch'])})"
@@ -222,8 +274,10 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     for name, info in doc["safe_ranges"].items():
         if "safe" in info and isinstance(info["safe"], list) and len(info["safe"]) == 2 and "values" not in info:
             outside = "; ".join(info[k] for k in ("below", "above") if k in info)
-            console.print(f"  safe {name}: [{info['safe'][0]:.4g}, {info['safe'][1]:.4g}]"
-                          + (f" ({outside})" if outside else ""), highlight=False)
+            console.print(
+                f"  safe {name}: [{info['safe'][0]:.4g}, {info['safe'][1]:.4g}]" + (f" ({outside})" if outside else ""),
+                highlight=False,
+            )
     console.print(f"wrote {path}", highlight=False)
     return 0
 
@@ -249,8 +303,10 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
     except (LogReadError, ThresholdError) as exc:
         raise UsageError(str(exc)) from None
     if not len(history) and not history.error:
-        raise UsageError(f"{args.path}: the log holds no training signals rlsweep knows (SB3 'train/*' and "
-                         "'rollout/*', CleanRL 'losses/*' and 'charts/*', or 'stability/*' keys)")
+        raise UsageError(
+            f"{args.path}: the log holds no training signals rlsweep knows (SB3 'train/*' and "
+            "'rollout/*', CleanRL 'losses/*' and 'charts/*', or 'stability/*' keys)"
+        )
     verdict = judge(history, thresholds)
     if args.plot:
         from stability.plot import plot_signals
@@ -275,10 +331,22 @@ def mlflow_uri_for(name: str | None) -> str:
 
 def _ui(args: argparse.Namespace, console: Console) -> int:
     uri = mlflow_uri_for(args.name)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise UsageError(f"no tracking store at {uri[len('sqlite:///'):]}: run a sweep first (make demo)")
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host,
-               "--port", str(args.port), "--workers", "1"]
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        raise UsageError(f"no tracking store at {uri[len('sqlite:///') :]}: run a sweep first (make demo)")
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--workers",
+        "1",
+    ]
     console.print(f"MLflow UI: http://{args.host}:{args.port}  (store {uri}; Ctrl-C to stop)", highlight=False)
     return serve_until_stopped(command)
 

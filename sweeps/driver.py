@@ -4,6 +4,7 @@ It is the only process that opens either store, which is what lets parallel and 
 sweeps lose nothing. Every trial ends as ``complete`` (told its objective) or ``crashed``
 (told FAIL, with the exception recorded on the trial and on the failing seed's run).
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,7 +28,10 @@ from sweeps.tracking import BackgroundTracker, MlflowTracker
 from sweeps.trial import TrialConfig
 
 _AGGREGATE: dict[str, Callable[[list[float]], float]] = {
-    "mean": statistics.fmean, "median": statistics.median, "min": min}
+    "mean": statistics.fmean,
+    "median": statistics.median,
+    "min": min,
+}
 
 
 @dataclass
@@ -43,8 +47,8 @@ class ActiveTrial:
     returns: dict[int, float] = field(default_factory=dict)
     errors: dict[int, dict[str, str]] = field(default_factory=dict)
     verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seed -> Verdict.to_dict()
-    unstable: dict[int, str] = field(default_factory=dict)             # seed -> class that ended it
-    skipped: set[int] = field(default_factory=set)                     # never run: the trial was doomed
+    unstable: dict[int, str] = field(default_factory=dict)  # seed -> class that ended it
+    skipped: set[int] = field(default_factory=set)  # never run: the trial was doomed
     # a repair's attempt (or its confirmation on fresh seeds): not an Optuna trial while it runs
     plan: rp.Plan | None = None
     attempt: rp.Attempt | None = None
@@ -60,7 +64,7 @@ class Progress:
     """What the live display shows; updated by the driver, read by :mod:`sweeps.progress`."""
 
     target: int
-    done: int = 0          # trials counted towards the target, this run and before
+    done: int = 0  # trials counted towards the target, this run and before
     failed: int = 0
     running: int = 0
     jobs_done: int = 0
@@ -69,10 +73,10 @@ class Progress:
     best_trial: int | None = None
     started: float = field(default_factory=time.monotonic)
     requeued: list[int] = field(default_factory=list)
-    retried: int = 0       # jobs run again after their worker died
+    retried: int = 0  # jobs run again after their worker died
     verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
-    repairs: dict[str, int] = field(default_factory=dict)   # repair status -> failing trials
-    repairing: int = 0                                      # repair attempts running
+    repairs: dict[str, int] = field(default_factory=dict)  # repair status -> failing trials
+    repairing: int = 0  # repair attempts running
 
     def eta(self) -> float | None:
         if not self.jobs_done:
@@ -82,9 +86,16 @@ class Progress:
 
 
 class Driver:
-    def __init__(self, spec: SweepSpec, backend: Backend, tracker: MlflowTracker | BackgroundTracker, study: Any,
-                 on_change: Callable[[Progress], None] | None = None, repair: rp.RepairSettings | None = None,
-                 open_trials: bool = True) -> None:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        backend: Backend,
+        tracker: MlflowTracker | BackgroundTracker,
+        study: Any,
+        on_change: Callable[[Progress], None] | None = None,
+        repair: rp.RepairSettings | None = None,
+        open_trials: bool = True,
+    ) -> None:
         self.spec, self.backend, self.tracker, self.study = spec, backend, tracker, study
         self.dims = spec.dims
         self.distributions = sp.to_optuna(self.dims)
@@ -96,16 +107,19 @@ class Driver:
         self.progress = Progress(target=spec.n_trials)
         self._stability = stability_settings(spec)
         self.attempts: dict[tuple[int, int], list[str]] = {}  # job -> why its earlier attempts failed
-        self.logged_step: dict[tuple[int, int], int] = {}     # job -> last step sent to MLflow
-        self.retry_floor: dict[tuple[int, int], int] = {}     # retried job -> steps up to here are logged
+        self.logged_step: dict[tuple[int, int], int] = {}  # job -> last step sent to MLflow
+        self.retry_floor: dict[tuple[int, int], int] = {}  # retried job -> steps up to here are logged
         # Repairs: by ``stability.repair.auto`` (bounded by the sweep's own size) or ``rlsweep repair``.
         auto = spec.stability.repair
-        self.repair = repair or (rp.RepairSettings(auto.max_attempts, auto.confirm,
-                                                   budget=spec.n_trials * len(spec.seed_list)) if auto.auto else None)
+        self.repair = repair or (
+            rp.RepairSettings(auto.max_attempts, auto.confirm, budget=spec.n_trials * len(spec.seed_list))
+            if auto.auto
+            else None
+        )
         self.open_trials = open_trials  # False: run only repairs (``rlsweep repair``)
         self.plans: list[rp.Plan] = []
         self._repair_jobs = 0
-        self._next_key = -1           # repair jobs are keyed by negative numbers: never an Optuna trial's
+        self._next_key = -1  # repair jobs are keyed by negative numbers: never an Optuna trial's
         self._menu_facts: tuple[dict[str, Any], bool, bool] | None = None
 
     # --- the loop -------------------------------------------------------------------------
@@ -204,17 +218,30 @@ class Driver:
             self._seed_finished(active, seed, run_id, event.payload)
         elif event.kind == "cancelled":
             active.skipped.add(seed)
-            self._mlflow.append(lambda: self.tracker.end_run(
-                run_id, "KILLED", tags={"rlsweep.outcome": "skipped", "rlsweep.cancelled": event.payload["reason"]}
-                | self._attempt_tags(event.key)))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    run_id,
+                    "KILLED",
+                    tags={"rlsweep.outcome": "skipped", "rlsweep.cancelled": event.payload["reason"]}
+                    | self._attempt_tags(event.key),
+                )
+            )
         elif event.kind == "failed":
             error = event.payload
             active.errors[seed] = error
-            self._mlflow.append(lambda: self.tracker.end_run(
-                run_id, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.worker": active.workers.get(seed, ""),
-                                        "rlsweep.error": f"{error['type']}: {error['message']}"}
-                | self._attempt_tags(event.key),
-                texts={"error.txt": error.get("traceback") or error["message"]}))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    run_id,
+                    "FAILED",
+                    tags={
+                        "rlsweep.outcome": "crashed",
+                        "rlsweep.worker": active.workers.get(seed, ""),
+                        "rlsweep.error": f"{error['type']}: {error['message']}",
+                    }
+                    | self._attempt_tags(event.key),
+                    texts={"error.txt": error.get("traceback") or error["message"]},
+                )
+            )
         if active.finished:
             self._close_trial(active)
 
@@ -227,44 +254,61 @@ class Driver:
             return False
         tries.append(event.payload["message"])
         self.retry_floor[event.key] = self.logged_step.get(event.key, -1)
-        _, (config,) = trial_configs(self.spec, active.number, active.params, [event.key[1]], self._stability,
-                                     patch=active.attempt.patch if active.attempt else None)
+        _, (config,) = trial_configs(
+            self.spec,
+            active.number,
+            active.params,
+            [event.key[1]],
+            self._stability,
+            patch=active.attempt.patch if active.attempt else None,
+        )
         self.jobs.appendleft(config)
         self.progress.retried += 1
         return True
 
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
         tries = self.attempts.get(key)
-        return {"rlsweep.attempts": str(len(tries) + 1), "rlsweep.retried_after": " | ".join(tries)[:5000]} \
-            if tries else {}
+        return (
+            {"rlsweep.attempts": str(len(tries) + 1), "rlsweep.retried_after": " | ".join(tries)[:5000]}
+            if tries
+            else {}
+        )
 
     def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: dict[str, Any]) -> None:
         verdict = result.get("verdict") or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
-        tags = {"rlsweep.worker": active.workers.get(seed, ""), **_verdict_tags(verdict),
-                "stability.context": json.dumps(result.get("context") or {}, default=str),
-                **{f"rlsweep.{k}": str(v) for k, v in (result.get("extra") or {}).items()},
-                **self._attempt_tags((active.number, seed))}
+        tags = {
+            "rlsweep.worker": active.workers.get(seed, ""),
+            **_verdict_tags(verdict),
+            "stability.context": json.dumps(result.get("context") or {}, default=str),
+            **{f"rlsweep.{k}": str(v) for k, v in (result.get("extra") or {}).items()},
+            **self._attempt_tags((active.number, seed)),
+        }
         files = {"stability/signals.png": result["plot_png"]} if result.get("plot_png") else None
         texts = {"stability/verdict.json": json.dumps(verdict, indent=2)}
         metrics = {"time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
         if result.get("stopped_by"):
             # the seed's verdict names the failure; stopped_by only says which stop_on class ended it
-            active.unstable[seed] = verdict["verdict"] if verdict.get("verdict", "healthy") != "healthy" \
-                else result["stopped_by"]
+            active.unstable[seed] = (
+                verdict["verdict"] if verdict.get("verdict", "healthy") != "healthy" else result["stopped_by"]
+            )
             tags |= {"rlsweep.outcome": "unstable", "stability.stopped_by": result["stopped_by"]}
-            crash = next((f["evidence"]["error"] for f in verdict.get("findings", []) if "error" in f["evidence"]), None)
+            crash = next(
+                (f["evidence"]["error"] for f in verdict.get("findings", []) if "error" in f["evidence"]), None
+            )
             if crash:  # the crash that ended it (torch's "Expected parameter ..."): diagnose reads it back
                 tags["rlsweep.error"] = crash
             self._skip_rest(active)
-            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags,
-                                                             texts=texts, files=files))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags, texts=texts, files=files)
+            )
             return
         active.returns[seed] = result["mean_return"]
         metrics |= {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]}
         tags["rlsweep.outcome"] = "complete"
-        self._mlflow.append(lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags,
-                                                         texts=texts, files=files))
+        self._mlflow.append(
+            lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
+        )
 
     def _skip_rest(self, active: ActiveTrial) -> None:
         """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run, and
@@ -279,8 +323,11 @@ class Driver:
             self.jobs.remove(config)
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
-            self._mlflow.append(partial(self.tracker.end_run, active.child_runs[config.seed], "KILLED",
-                                        tags={"rlsweep.outcome": "skipped"}))
+            self._mlflow.append(
+                partial(
+                    self.tracker.end_run, active.child_runs[config.seed], "KILLED", tags={"rlsweep.outcome": "skipped"}
+                )
+            )
 
     def _close_trial(self, active: ActiveTrial) -> None:
         from optuna.trial import TrialState
@@ -301,56 +348,99 @@ class Driver:
         patches = rp.candidates(active.verdicts, PRIORITY)
         if failing:  # what ``rlsweep repair`` will try (set now: a finished trial's attributes are final)
             trial.set_user_attr(st.PATCHES, patches)
-        texts = {"stability/verdict.json": json.dumps(verdict | {"seeds": {str(s): v for s, v in
-                                                                           active.verdicts.items()}}, indent=2)}
+        texts = {
+            "stability/verdict.json": json.dumps(
+                verdict | {"seeds": {str(s): v for s, v in active.verdicts.items()}}, indent=2
+            )
+        }
         if active.errors:
             seed, error = next(iter(active.errors.items()))
             message = f"seed {seed}: {error['type']}: {error['message']}"
             trial.set_user_attr(st.OUTCOME, "crashed")
             trial.set_user_attr("rlsweep.error", message[:1000])
             self.study.tell(trial, state=TrialState.FAIL)
-            self._mlflow.append(lambda: self.tracker.end_run(
-                active.parent_run, "FAILED", tags={"rlsweep.outcome": "crashed", "rlsweep.error": message} | tags,
-                texts=texts))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    active.parent_run,
+                    "FAILED",
+                    tags={"rlsweep.outcome": "crashed", "rlsweep.error": message} | tags,
+                    texts=texts,
+                )
+            )
             p.failed += 1
         elif active.unstable:
             # Ended by its verdict: pruned in Optuna (samplers learn the region is bad), never scored.
             trial.set_user_attr(st.OUTCOME, "unstable")
             self.study.tell(trial, state=TrialState.PRUNED)
-            self._mlflow.append(lambda: self.tracker.end_run(
-                active.parent_run, "FAILED", tags={"rlsweep.outcome": "unstable"} | tags, texts=texts))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    active.parent_run, "FAILED", tags={"rlsweep.outcome": "unstable"} | tags, texts=texts
+                )
+            )
             p.failed += 1
         else:
             value = _AGGREGATE[self.spec.objective.aggregate](list(active.returns.values()))
             trial.set_user_attr(st.OUTCOME, "complete")
             self.study.tell(trial, value)
             metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
-            self._mlflow.append(lambda: self.tracker.end_run(active.parent_run, "FINISHED", metrics=metrics,
-                                                             tags={"rlsweep.outcome": "complete"} | tags,
-                                                             texts=texts))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    active.parent_run,
+                    "FINISHED",
+                    metrics=metrics,
+                    tags={"rlsweep.outcome": "complete"} | tags,
+                    texts=texts,
+                )
+            )
             if p.best is None or value > p.best:
                 p.best, p.best_trial = value, active.number
         p.done += 1
         if failing and self.repair is not None:
-            plan = self.plan_for(active.number, active.params, verdict["verdict"] if active.verdicts else "crashed",
-                                 dict(active.returns), active.seeds, patches, dict(trial.params),
-                                 dict(trial.distributions), active.parent_run)
+            plan = self.plan_for(
+                active.number,
+                active.params,
+                verdict["verdict"] if active.verdicts else "crashed",
+                dict(active.returns),
+                active.seeds,
+                patches,
+                dict(trial.params),
+                dict(trial.distributions),
+                active.parent_run,
+            )
             self.plans.append(plan)
             self._next_repair(plan)
 
     # --- repairs ----------------------------------------------------------------------------
-    def plan_for(self, number: int, params: dict[str, Any], verdict: str, returns: dict[int, float],
-                 seeds: list[int], patches: list[dict[str, Any]], optuna_params: dict[str, Any],
-                 distributions: dict[str, Any], parent_run: str = "") -> rp.Plan:
+    def plan_for(
+        self,
+        number: int,
+        params: dict[str, Any],
+        verdict: str,
+        returns: dict[int, float],
+        seeds: list[int],
+        patches: list[dict[str, Any]],
+        optuna_params: dict[str, Any],
+        distributions: dict[str, Any],
+        parent_run: str = "",
+    ) -> rp.Plan:
         """A repair plan for a failing trial (see :mod:`sweeps.repair`)."""
         settings = self.repair or rp.RepairSettings()
         seeds = settings.seeds or seeds
         _, (config,) = trial_configs(self.spec, number, params, [0], {})
         defaults, continuous, on_policy = self._facts()
-        plan = rp.Plan(number, params, verdict, returns, seeds,
-                       rp.fresh_seeds(sorted(set(self.spec.seed_list) | set(seeds)), len(seeds)),
-                       patches, settings.max_attempts, settings.strategy,
-                       rp.menu(config.hyperparams, defaults, continuous, on_policy), settings.rng_seed)
+        plan = rp.Plan(
+            number,
+            params,
+            verdict,
+            returns,
+            seeds,
+            rp.fresh_seeds(sorted(set(self.spec.seed_list) | set(seeds)), len(seeds)),
+            patches,
+            settings.max_attempts,
+            settings.strategy,
+            rp.menu(config.hyperparams, defaults, continuous, on_policy),
+            settings.rng_seed,
+        )
         plan.check = lambda patch: self._patch_problem(config.hyperparams, patch)
         plan.context = {"optuna_params": optuna_params, "distributions": distributions, "parent_run": parent_run}
         return plan
@@ -364,8 +454,11 @@ class Driver:
             venv = envs.make_vec_env(self.spec.env.model_dump(), 1, seed=0)
             continuous = type(venv.action_space).__name__ == "Box"
             venv.close()
-            self._menu_facts = (rp.constructor_defaults(algos.load_class(self.spec.algo)), continuous,
-                                self.spec.algo not in ("SAC", "TD3", "TQC", "DQN", "QRDQN"))
+            self._menu_facts = (
+                rp.constructor_defaults(algos.load_class(self.spec.algo)),
+                continuous,
+                self.spec.algo not in ("SAC", "TD3", "TQC", "DQN", "QRDQN"),
+            )
         return self._menu_facts
 
     def _patch_problem(self, hyperparams: dict[str, Any], patch: dict[str, Any]) -> str | None:
@@ -396,9 +489,12 @@ class Driver:
                 plan.finish("budget", f"the repair budget ({budget} seed runs, the sweep's own size) is spent")
             else:  # it passed on the trial's seeds; told as it is, unconfirmed
                 self._tell_repair(plan, confirm)
-                plan.finish("budget", f"attempt {confirm.number} ({rp.describe(confirm.patch)}) passed on seeds "
-                                      f"{plan.seeds} but the repair budget ({budget} seed runs, the sweep's own "
-                                      "size) leaves none to confirm it on fresh seeds: run `rlsweep repair`")
+                plan.finish(
+                    "budget",
+                    f"attempt {confirm.number} ({rp.describe(confirm.patch)}) passed on seeds "
+                    f"{plan.seeds} but the repair budget ({budget} seed runs, the sweep's own "
+                    "size) leaves none to confirm it on fresh seeds: run `rlsweep repair`",
+                )
             self._plan_done(plan)
             return
         self._repair_jobs += len(seeds)
@@ -415,16 +511,23 @@ class Driver:
         if plan is None or attempt is None:
             return
         name = f"trial-{plan.origin}-repair-{attempt.number}" + ("-confirm" if active.confirming else "")
-        tags = {st.REPAIR_OF: str(plan.origin), st.REPAIR_ATTEMPT: str(attempt.number),
-                st.REPAIR_PATCH: json.dumps(attempt.patch)}
+        tags = {
+            st.REPAIR_OF: str(plan.origin),
+            st.REPAIR_ATTEMPT: str(attempt.number),
+            st.REPAIR_PATCH: json.dumps(attempt.patch),
+        }
         if active.confirming:
             tags["rlsweep.repair_confirm"] = attempt.run_id
-        resolved = self.spec.resolved() | {"repair_of": plan.origin, "params": _jsonable(plan.params),
-                                           "patch": attempt.patch}
+        resolved = self.spec.resolved() | {
+            "repair_of": plan.origin,
+            "params": _jsonable(plan.params),
+            "patch": attempt.patch,
+        }
         active.parent_run = self.tracker.start_trial(None, active.logged, resolved, name=name, tags=tags)
         for seed in active.seeds:
-            active.child_runs[seed] = self.tracker.start_seed(None, seed, active.parent_run, active.logged,
-                                                              name=f"{name}-seed-{seed}", tags=tags)
+            active.child_runs[seed] = self.tracker.start_seed(
+                None, seed, active.parent_run, active.logged, name=f"{name}-seed-{seed}", tags=tags
+            )
 
     def _close_repair(self, active: ActiveTrial) -> None:
         plan, attempt = active.plan, active.attempt
@@ -437,9 +540,14 @@ class Driver:
         tags = {"rlsweep.outcome": outcome} | _verdict_tags({"verdict": label, "onset_step": verdict["onset_step"]})
         if active.confirming:
             ok = plan.confirmed(attempt, names, dict(active.returns))
-            self._mlflow.append(lambda: self.tracker.end_run(
-                active.parent_run, "FINISHED" if ok else "FAILED", tags=tags | {"rlsweep.repair_confirmed": str(ok)},
-                metrics={f"eval/return_seed_{s}": r for s, r in active.returns.items()}))
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    active.parent_run,
+                    "FINISHED" if ok else "FAILED",
+                    tags=tags | {"rlsweep.repair_confirmed": str(ok)},
+                    metrics={f"eval/return_seed_{s}": r for s, r in active.returns.items()},
+                )
+            )
             self._tell_repair(plan, attempt)
             if ok:
                 self._plan_done(plan)
@@ -453,11 +561,19 @@ class Driver:
         ok, why = plan.passes(attempt)
         attempt.result = why
         metrics = {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
-        self._mlflow.append(lambda: self.tracker.end_run(
-            active.parent_run, "FINISHED" if outcome == "complete" else "FAILED", metrics=metrics,
-            tags=tags | {"rlsweep.repair_result": why},
-            texts={"stability/verdict.json": json.dumps(verdict | {"seeds": {str(s): v for s, v in
-                                                                            active.verdicts.items()}}, indent=2)}))
+        self._mlflow.append(
+            lambda: self.tracker.end_run(
+                active.parent_run,
+                "FINISHED" if outcome == "complete" else "FAILED",
+                metrics=metrics,
+                tags=tags | {"rlsweep.repair_result": why},
+                texts={
+                    "stability/verdict.json": json.dumps(
+                        verdict | {"seeds": {str(s): v for s, v in active.verdicts.items()}}, indent=2
+                    )
+                },
+            )
+        )
         if ok and self.repair is not None and self.repair.confirm:
             self._next_repair(plan, confirm=attempt)
             return
@@ -487,15 +603,25 @@ class Driver:
             else:
                 label = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
                 params[f"patch.{knob}"], dists[f"patch.{knob}"] = label, CategoricalDistribution([label])
-        attrs = {st.OUTCOME: state_of["outcome"], "rlsweep.params": _jsonable(decoded), st.REPAIR_OF: plan.origin,
-                 st.REPAIR_ATTEMPT: attempt.number, st.REPAIR_PATCH: attempt.patch,
-                 "rlsweep.returns": {str(s): r for s, r in state_of["returns"].items()},
-                 st.VERDICT: attempt.verdict, "rlsweep.verdicts": {str(s): v for s, v in attempt.verdicts.items()},
-                 st.PATCHES: attempt.offered, "rlsweep.repair_result": attempt.result}
+        attrs = {
+            st.OUTCOME: state_of["outcome"],
+            "rlsweep.params": _jsonable(decoded),
+            st.REPAIR_OF: plan.origin,
+            st.REPAIR_ATTEMPT: attempt.number,
+            st.REPAIR_PATCH: attempt.patch,
+            "rlsweep.returns": {str(s): r for s, r in state_of["returns"].items()},
+            st.VERDICT: attempt.verdict,
+            "rlsweep.verdicts": {str(s): v for s, v in attempt.verdicts.items()},
+            st.PATCHES: attempt.offered,
+            "rlsweep.repair_result": attempt.result,
+        }
         if attempt.confirm is not None:
             attrs[st.CONFIRM] = attempt.confirm
-        value = _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values())) \
-            if state_of["outcome"] == "complete" and state_of["returns"] else math.nan
+        value = (
+            _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values()))
+            if state_of["outcome"] == "complete" and state_of["returns"]
+            else math.nan
+        )
         if math.isfinite(value):
             frozen = optuna.trial.create_trial(params=params, distributions=dists, value=value, user_attrs=attrs)
         else:
@@ -546,13 +672,22 @@ class Driver:
 
 def stability_settings(spec: SweepSpec) -> dict[str, Any]:
     """What a worker's StabilityCallback needs: plain data, thresholds resolved."""
-    return {"enabled": spec.stability.enabled, "stop_on": list(spec.stability.stop_on),
-            "thresholds": spec.stability_thresholds(), "override_keys": spec.stability.override_keys}
+    return {
+        "enabled": spec.stability.enabled,
+        "stop_on": list(spec.stability.stop_on),
+        "thresholds": spec.stability_thresholds(),
+        "override_keys": spec.stability.override_keys,
+    }
 
 
-def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: list[int],
-                  stability: dict[str, Any], patch: dict[str, Any] | None = None
-                  ) -> tuple[dict[str, Any], list[TrialConfig]]:
+def trial_configs(
+    spec: SweepSpec,
+    number: int,
+    params: dict[str, Any],
+    seeds: list[int],
+    stability: dict[str, Any],
+    patch: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[TrialConfig]]:
     """One job per seed for a configuration: the spec's hyperparameters and env with ``params``
     (sampled values, by dotted name) set, then a repair's knob ``patch`` applied. Also returns
     every hyperparameter, flattened, for logging."""
@@ -560,7 +695,7 @@ def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: l
     env = spec.env.model_dump()
     for name, value in params.items():
         if name.startswith(ENV_PREFIX):
-            sp.set_nested(env, name[len("env."):], value)
+            sp.set_nested(env, name[len("env.") :], value)
         elif name == PRESET:  # a whole set of hyperparameters, applied over the fixed ones
             for key, item in sp.flatten(value).items():
                 sp.set_nested(hyperparams, key, item)
@@ -569,11 +704,24 @@ def trial_configs(spec: SweepSpec, number: int, params: dict[str, Any], seeds: l
     if patch:
         hyperparams = rp.apply_patch(hyperparams, patch)
     logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}
-    configs = [TrialConfig(sweep=spec.name, trial=number, seed=seed, algo=spec.algo, policy=spec.policy, env=env,
-                           hyperparams=hyperparams, total_timesteps=spec.total_timesteps,
-                           eval_episodes=spec.objective.eval_episodes, eval_seed=spec.objective.eval_seed_offset + seed,
-                           deterministic=spec.objective.deterministic, stability=stability,
-                           device=spec.backend.device) for seed in seeds]
+    configs = [
+        TrialConfig(
+            sweep=spec.name,
+            trial=number,
+            seed=seed,
+            algo=spec.algo,
+            policy=spec.policy,
+            env=env,
+            hyperparams=hyperparams,
+            total_timesteps=spec.total_timesteps,
+            eval_episodes=spec.objective.eval_episodes,
+            eval_seed=spec.objective.eval_seed_offset + seed,
+            deterministic=spec.objective.deterministic,
+            stability=stability,
+            device=spec.backend.device,
+        )
+        for seed in seeds
+    ]
     return logged, configs
 
 
@@ -601,5 +749,6 @@ def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v)
-            for k, v in params.items()}
+    return {
+        k: v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v) for k, v in params.items()
+    }

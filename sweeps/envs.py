@@ -2,6 +2,7 @@
 
 Entry points are the only code a spec can name; they are imported, never evaluated.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -38,8 +39,7 @@ def _check_gym_id(env_id: str) -> str | None:
         return None
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return (f"'{env_id}' is not a registered Gymnasium id{hint} "
-            f"(or give an entry point 'package.module:callable')")
+    return f"'{env_id}' is not a registered Gymnasium id{hint} (or give an entry point 'package.module:callable')"
 
 
 def check(env: Any, path: str) -> list[Issue]:
@@ -90,8 +90,9 @@ def env_factory(env: dict[str, Any]) -> Callable[[], Any]:
 
             instance = gym.make(env["id"], **env.get("kwargs", {}))
         for wrapper in env.get("wrappers", []):
-            target, kwargs = (wrapper, {}) if isinstance(wrapper, str) else (wrapper["entry_point"],
-                                                                             wrapper.get("kwargs", {}))
+            target, kwargs = (
+                (wrapper, {}) if isinstance(wrapper, str) else (wrapper["entry_point"], wrapper.get("kwargs", {}))
+            )
             instance = import_entry_point(target)(instance, **kwargs)
         return instance
 

@@ -1,4 +1,5 @@
 """Errors a user can act on: every one names the file, the key path and what is allowed."""
+
 from __future__ import annotations
 
 import difflib

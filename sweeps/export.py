@@ -12,6 +12,7 @@ Loading an exported config (``--format sb3``)::
     algo_class, kwargs, wrap = load_sb3("results/NAME/safe_configs.yaml", rank=1)
     model = algo_class(env=wrap(make_vec_env("Pendulum-v1", n_envs=4)), **kwargs)
 """
+
 from __future__ import annotations
 
 import json
@@ -42,10 +43,16 @@ def entry(results: SweepResults, rank: int, trial: TrialRecord, fmt: str) -> dic
     hyperparams, env = config_of(results, trial)
     seeds = sorted(trial.returns)
     out: dict[str, Any] = {
-        "rank": rank, "trial": trial.number, "score": round(trial.score, 4),
-        "seeds": seeds, "returns": {s: round(trial.returns[s], 4) for s in seeds},
-        "failure_rate": 0.0, "few_seeds": len(seeds) < FEW_SEEDS, "params": trial.params,
-        "hyperparams": hyperparams, "env": env,
+        "rank": rank,
+        "trial": trial.number,
+        "score": round(trial.score, 4),
+        "seeds": seeds,
+        "returns": {s: round(trial.returns[s], 4) for s in seeds},
+        "failure_rate": 0.0,
+        "few_seeds": len(seeds) < FEW_SEEDS,
+        "params": trial.params,
+        "hyperparams": hyperparams,
+        "env": env,
     }
     if trial.repair_of is not None:  # a failing trial's config with a knob patch, found by rlsweep repair
         out["repaired"] = {"from_trial": trial.repair_of, "patch": trial.patch, "confirm": trial.confirm}
@@ -60,12 +67,22 @@ def sb3_section(algo: str, policy: str, hyperparams: dict[str, Any], env: dict[s
     built = knobs.build(algos.load_class(algo), policy, hyperparams)
     info = algos.info(algo)
     policy_ref = built.policy if isinstance(built.policy, str) else _dotted(built.policy)
-    section: dict[str, Any] = {"class": f"{info.module}.{info.class_name}", "policy": policy_ref,
-                               "kwargs": _yaml_form(built.algo_kwargs)}
+    section: dict[str, Any] = {
+        "class": f"{info.module}.{info.class_name}",
+        "policy": policy_ref,
+        "kwargs": _yaml_form(built.algo_kwargs),
+    }
     if built.algo_class is not algos.load_class(algo):
-        section["class_note"] = "learning_rate.critic needs rlsweep's algorithm variant: load with sweeps.export.load_sb3"
-    section["env"] = {"id": env["id"], "n_envs": env.get("n_envs", 1), "kwargs": env.get("kwargs", {}),
-                      "VecNormalize": built.normalize, "reward_scale": built.reward_scale}
+        section["class_note"] = (
+            "learning_rate.critic needs rlsweep's algorithm variant: load with sweeps.export.load_sb3"
+        )
+    section["env"] = {
+        "id": env["id"],
+        "n_envs": env.get("n_envs", 1),
+        "kwargs": env.get("kwargs", {}),
+        "VecNormalize": built.normalize,
+        "reward_scale": built.reward_scale,
+    }
     return section
 
 
@@ -85,7 +102,11 @@ def load_sb3(path: str | Path, rank: int = 1) -> tuple[type, dict[str, Any], Cal
     algo = doc.get("algo") or doc["rlsweep"]["algo"]
     policy = doc.get("policy") or doc.get("rlsweep", {}).get("policy", "MlpPolicy")
     built = knobs.build(algos.load_class(algo), policy, chosen["hyperparams"])
-    return built.algo_class, {"policy": built.policy, **built.algo_kwargs}, lambda venv: knobs.wrap_train_env(venv, built)
+    return (
+        built.algo_class,
+        {"policy": built.policy, **built.algo_kwargs},
+        lambda venv: knobs.wrap_train_env(venv, built),
+    )
 
 
 def _dotted(cls: type) -> str:
@@ -95,8 +116,11 @@ def _dotted(cls: type) -> str:
 def _yaml_form(value: Any) -> Any:
     """SB3 kwargs with live objects written as YAML can hold them."""
     if isinstance(value, knobs.LinearSchedule):
-        return f"lin_{value.initial:g}" if value.final == 0 else \
-            {"schedule": "linear", "initial": value.initial, "final": value.final}
+        return (
+            f"lin_{value.initial:g}"
+            if value.final == 0
+            else {"schedule": "linear", "initial": value.initial, "final": value.final}
+        )
     if isinstance(value, type):
         return _dotted(value)
     if isinstance(value, dict):
@@ -117,14 +141,17 @@ def safe_ranges(results: SweepResults) -> dict[str, Any]:
     for name, dist in results.spec.dims.items():
         points = [(t.params[name], t.failure_class, t.number in safe_numbers) for t in finished if name in t.params]
         numeric = dist.kind in ("uniform", "loguniform", "int") or (
-            dist.kind == "choice" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in dist.values))
+            dist.kind == "choice" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in dist.values)
+        )
         if numeric and points:
             out[name] = _numeric_range(name, points)
         elif points:
             out[name] = _categorical(points)
         repaired = sum(t.repair_of is not None and name in t.params for t in finished)
         if name in out and repaired:
-            out[name]["repairs"] = f"includes {repaired} repair attempt(s): failing configs re-trained with a knob patch"
+            out[name]["repairs"] = (
+                f"includes {repaired} repair attempt(s): failing configs re-trained with a knob patch"
+            )
     return out
 
 
@@ -138,12 +165,17 @@ def _numeric_range(name: str, points: list[tuple[Any, str | None, bool]]) -> dic
     inside = [f for v, f, _ in points if lo <= v <= hi and f is not None]
     if inside:
         out["inside"] = f"{len(inside)} trials inside failed (other hyperparameters): {_classes(Counter(inside), None)}"
-    for side, chosen, sign, edge in (("below", [p for p in points if p[0] < lo], "<", lo),
-                                     ("above", [p for p in points if p[0] > hi], ">", hi)):
+    for side, chosen, sign, edge in (
+        ("below", [p for p in points if p[0] < lo], "<", lo),
+        ("above", [p for p in points if p[0] > hi], ">", hi),
+    ):
         if chosen:
             classes = Counter(f for _, f, _ in chosen if f is not None)
-            out[side] = (f"{name} {sign} {_fmt(edge)} -> {_classes(classes, len(chosen))}" if classes
-                         else f"{name} {sign} {_fmt(edge)}: {len(chosen)} trials, none failed, none safe")
+            out[side] = (
+                f"{name} {sign} {_fmt(edge)} -> {_classes(classes, len(chosen))}"
+                if classes
+                else f"{name} {sign} {_fmt(edge)}: {len(chosen)} trials, none failed, none safe"
+            )
     return out
 
 
@@ -161,8 +193,10 @@ def _categorical(points: list[tuple[Any, str | None, bool]]) -> dict[str, Any]:
         row["safe"] += ok
         if failure is not None:
             row["failed"][failure] += 1
-    return {"values": {k: {**r, "failed": dict(r["failed"])} for k, r in table.items()},
-            "safe": [k for k, r in table.items() if r["safe"]]}
+    return {
+        "values": {k: {**r, "failed": dict(r["failed"])} for k, r in table.items()},
+        "safe": [k for k, r in table.items() if r["safe"]],
+    }
 
 
 def _fmt(value: Any) -> str:
@@ -181,13 +215,15 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
     fresh = fresh_seeds(results.spec.seed_list, n_seeds)
     jobs = []
     for t in trials:
-        jobs += trial_configs(results.spec, t.number, t.params, fresh, stability_settings(results.spec),
-                              patch=t.patch)[1]
+        jobs += trial_configs(results.spec, t.number, t.params, fresh, stability_settings(results.spec), patch=t.patch)[
+            1
+        ]
     out: dict[int, dict] = {t.number: {"seeds": fresh, "returns": {}, "verdicts": {}} for t in trials}
     from sweeps.spec import BackendSpec
 
-    with backends.make(BackendSpec(kind="local"), max(1, min(workers, len(jobs))),
-                       warm_imports=(algos.info(results.spec.algo).module,)) as be:
+    with backends.make(
+        BackendSpec(kind="local"), max(1, min(workers, len(jobs))), warm_imports=(algos.info(results.spec.algo).module,)
+    ) as be:
         pending = list(jobs)
         running = 0
         while pending or running:
@@ -211,14 +247,18 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
         values = list(data["returns"].values())
         ok = len(values) == len(fresh) and all(v == "healthy" for v in data["verdicts"].values())
         data["safe"] = ok
-        data["score"] = round(statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0), 4) \
-            if values else None
+        data["score"] = (
+            round(statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0), 4)
+            if values
+            else None
+        )
     return out
 
 
 # --- writing ------------------------------------------------------------------------------------
-def export(name: str, output: str | None = None, top: int = 5, fmt: str = "sb3", confirm_seeds: int = 0,
-           workers: int = 2) -> tuple[Path, dict[str, Any]]:
+def export(
+    name: str, output: str | None = None, top: int = 5, fmt: str = "sb3", confirm_seeds: int = 0, workers: int = 2
+) -> tuple[Path, dict[str, Any]]:
     """Write the export file; returns its path and the document written."""
     from sweeps import results as results_module
     from sweeps._yaml import dump_yaml
@@ -227,16 +267,27 @@ def export(name: str, output: str | None = None, top: int = 5, fmt: str = "sb3",
         raise UsageError(f"--format: '{fmt}' is not one of {', '.join(FORMATS)}")
     res = results_module.load(name)
     if fmt == "zoo" and ":" in res.spec.env.id:
-        raise UsageError(f"--format zoo: rl-zoo3 trains registered Gymnasium ids only; sweep '{name}' uses the entry "
-                         f"point '{res.spec.env.id}'. Use --format sb3, or register the env and sweep that id.")
+        raise UsageError(
+            f"--format zoo: rl-zoo3 trains registered Gymnasium ids only; sweep '{name}' uses the entry "
+            f"point '{res.spec.env.id}'. Use --format sb3, or register the env and sweep that id."
+        )
     safe = res.safe(with_repairs=True)
     counts = Counter(t.failure_class or "healthy" for t in res.finished)
     doc: dict[str, Any] = {
-        "sweep": name, "algo": res.spec.algo, "policy": res.spec.policy, "env_id": res.spec.env.id,
-        "total_timesteps": res.spec.total_timesteps, "format": fmt, "score_rule": SCORE_RULE,
+        "sweep": name,
+        "algo": res.spec.algo,
+        "policy": res.spec.policy,
+        "env_id": res.spec.env.id,
+        "total_timesteps": res.spec.total_timesteps,
+        "format": fmt,
+        "score_rule": SCORE_RULE,
         "safe_rule": "every seed trained to the end, was evaluated, and was judged healthy",
-        "trials": {"finished": len(res.finished), "safe": len(safe) - len(res.repaired()), "by_verdict": dict(counts),
-                   "repaired": len({t.repair_of for t in res.repaired()})},
+        "trials": {
+            "finished": len(res.finished),
+            "safe": len(safe) - len(res.repaired()),
+            "by_verdict": dict(counts),
+            "repaired": len({t.repair_of for t in res.repaired()}),
+        },
         "configs": [entry(res, rank, t, fmt) for rank, t in enumerate(safe[:top], 1)],
         "safe_ranges": safe_ranges(res),
     }
@@ -261,34 +312,54 @@ def zoo_text(res: SweepResults, doc: dict[str, Any]) -> str:
     from sweeps._yaml import dump_yaml
 
     env_id = res.spec.env.id
-    head = [f"# rl-zoo3 hyperparameters exported by rlsweep from sweep '{res.spec.name}'",
-            f"# train: python -m rl_zoo3.train --algo {res.spec.algo.lower()} --env {env_id} -conf THIS_FILE"]
+    head = [
+        f"# rl-zoo3 hyperparameters exported by rlsweep from sweep '{res.spec.name}'",
+        f"# train: python -m rl_zoo3.train --algo {res.spec.algo.lower()} --env {env_id} -conf THIS_FILE",
+    ]
     body: dict[str, Any] = {}
     if doc["configs"]:
         from sweeps._yaml import yaml_block
 
         best = doc["configs"][0]
-        zoo, notes = zoo_hyperparams(res.spec.algo, res.spec.policy, best["hyperparams"], best["env"],
-                                     res.spec.total_timesteps)
+        zoo, notes = zoo_hyperparams(
+            res.spec.algo, res.spec.policy, best["hyperparams"], best["env"], res.spec.total_timesteps
+        )
         head.append(f"# best safe config: trial {best['trial']}, score {best['score']} ({SCORE_RULE})")
         head += [f"# {note}" for note in notes]
         head.append(yaml_block({env_id: zoo}).rstrip())
         for item in doc["configs"]:
-            item["zoo"], item["zoo_notes"] = zoo_hyperparams(res.spec.algo, res.spec.policy, item["hyperparams"],
-                                                             item["env"], res.spec.total_timesteps)
+            item["zoo"], item["zoo_notes"] = zoo_hyperparams(
+                res.spec.algo, res.spec.policy, item["hyperparams"], item["env"], res.spec.total_timesteps
+            )
     else:
         head.append("# no safe config: every finished trial failed on at least one seed (see rlsweep.trials)")
     body["rlsweep"] = doc
     return "\n".join(head) + "\n" + dump_yaml(body)
 
 
-_ZOO_POLICY_KW = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "optimizer_class", "optimizer_kwargs",
-                  "log_std_bounds", "init_gains", "lstm_hidden_size", "n_lstm_layers", "shared_lstm",
-                  "enable_critic_lstm", "full_std", "squash_output", "use_expln", "share_features_extractor")
+_ZOO_POLICY_KW = (
+    "net_arch",
+    "activation_fn",
+    "ortho_init",
+    "log_std_init",
+    "optimizer_class",
+    "optimizer_kwargs",
+    "log_std_bounds",
+    "init_gains",
+    "lstm_hidden_size",
+    "n_lstm_layers",
+    "shared_lstm",
+    "enable_critic_lstm",
+    "full_std",
+    "squash_output",
+    "use_expln",
+    "share_features_extractor",
+)
 
 
-def zoo_hyperparams(algo: str, policy: str, hyperparams: dict[str, Any], env: dict[str, Any],
-                    total_timesteps: int) -> tuple[dict[str, Any], list[str]]:
+def zoo_hyperparams(
+    algo: str, policy: str, hyperparams: dict[str, Any], env: dict[str, Any], total_timesteps: int
+) -> tuple[dict[str, Any], list[str]]:
     """One config in rl-zoo3's layout, and notes on what rl-zoo3 cannot express."""
     built = knobs.build(algos.load_class(algo), policy, hyperparams)
     notes: list[str] = []
@@ -297,11 +368,15 @@ def zoo_hyperparams(algo: str, policy: str, hyperparams: dict[str, Any], env: di
         out["policy"] = built.policy
     elif "<locals>" not in built.policy.__qualname__:  # importable by its dotted path
         out["policy"] = _dotted(built.policy)
-        notes.append(f"policy {out['policy']}: rlsweep's policy (log_std bounds / init gains); rlsweep must be importable")
+        notes.append(
+            f"policy {out['policy']}: rlsweep's policy (log_std bounds / init gains); rlsweep must be importable"
+        )
     else:
         out["policy"] = policy
-        notes.append(f"log_std_bounds for {algo}: no rl-zoo3 equivalent (rlsweep builds its policy class at run time); "
-                     "trained here with SB3's own log_std clamp")
+        notes.append(
+            f"log_std_bounds for {algo}: no rl-zoo3 equivalent (rlsweep builds its policy class at run time); "
+            "trained here with SB3's own log_std clamp"
+        )
     if env.get("kwargs"):
         out["env_kwargs"] = env["kwargs"]
     if built.normalize:
@@ -320,8 +395,10 @@ def zoo_hyperparams(algo: str, policy: str, hyperparams: dict[str, Any], env: di
         elif isinstance(value, knobs.LinearSchedule):
             out[key] = f"lin_{value.initial:g}"
             if value.final != 0:
-                notes.append(f"{key}: linear {value.initial:g} -> {value.final:g} in rlsweep; rl-zoo3's lin_ schedules "
-                             f"end at 0, so this file uses lin_{value.initial:g}")
+                notes.append(
+                    f"{key}: linear {value.initial:g} -> {value.final:g} in rlsweep; rl-zoo3's lin_ schedules "
+                    f"end at 0, so this file uses lin_{value.initial:g}"
+                )
         elif isinstance(value, float) and math.isinf(value):
             out[key] = value
         else:

@@ -17,6 +17,7 @@ normalize           ``{reward, obs, clip_reward, clip_obs, gamma}`` for VecNorma
 reward_scale        rewards are multiplied by this before normalisation
 ==================  ==========================================================================
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,18 @@ from typing import Any
 
 from sweeps.errors import Issue, did_you_mean, one_of
 
-KNOBS = ("learning_rate", "log_std_bounds", "max_grad_norm", "optimizer", "weight_decay", "ortho_init",
-         "init_gains", "log_std_init", "normalize", "reward_scale")
+KNOBS = (
+    "learning_rate",
+    "log_std_bounds",
+    "max_grad_norm",
+    "optimizer",
+    "weight_decay",
+    "ortho_init",
+    "init_gains",
+    "log_std_init",
+    "normalize",
+    "reward_scale",
+)
 OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
 SCHEDULES = ("constant", "linear")
 GAINS = ("hidden", "policy", "value", "lstm")
@@ -42,9 +53,13 @@ LOG_STD_LIMITS = (-103.0, 88.0)  # float32 exp() underflows to 0 / overflows to 
 _ON_POLICY = frozenset(KNOBS)
 _OFF_POLICY = frozenset({"learning_rate", "optimizer", "weight_decay", "normalize", "reward_scale"})
 APPLIES: dict[str, frozenset[str]] = {
-    "PPO": _ON_POLICY, "A2C": _ON_POLICY, "RecurrentPPO": _ON_POLICY,
+    "PPO": _ON_POLICY,
+    "A2C": _ON_POLICY,
+    "RecurrentPPO": _ON_POLICY,
     "TRPO": _ON_POLICY - {"max_grad_norm"},
-    "SAC": _OFF_POLICY | {"log_std_bounds"}, "TQC": _OFF_POLICY | {"log_std_bounds"}, "TD3": _OFF_POLICY,
+    "SAC": _OFF_POLICY | {"log_std_bounds"},
+    "TQC": _OFF_POLICY | {"log_std_bounds"},
+    "TD3": _OFF_POLICY,
 }
 _GAINS_FOR = {"RecurrentPPO": GAINS}  # others: hidden, policy, value
 _OFF_POLICY_ALGOS = ("SAC", "TD3", "TQC")
@@ -65,7 +80,7 @@ class LinearSchedule:
 def learning_rate(value: Any, critic: bool = False) -> float | Callable[[float], float]:
     """The rate or schedule SB3 takes; with ``critic=True``, the critic's (same shape, scaled)."""
     if isinstance(value, str):
-        return LinearSchedule(float(value[len("lin_"):]))
+        return LinearSchedule(float(value[len("lin_") :]))
     if isinstance(value, Mapping):
         initial = float(value["initial"])
         scale = float(value["critic"]) / initial if critic else 1.0
@@ -97,11 +112,14 @@ def _lr(value: Any) -> str | None:
         return None  # checked leaf by leaf
     if isinstance(value, str):
         try:
-            rate = float(value[len("lin_"):]) if value.startswith("lin_") else None
+            rate = float(value[len("lin_") :]) if value.startswith("lin_") else None
         except ValueError:
             rate = None
-        return None if rate is not None and rate > 0 else \
-            f"expected a rate > 0, 'lin_RATE' or {{schedule, initial, final}}, got {value!r}"
+        return (
+            None
+            if rate is not None and rate > 0
+            else f"expected a rate > 0, 'lin_RATE' or {{schedule, initial, final}}, got {value!r}"
+        )
     return _positive(value)
 
 
@@ -118,8 +136,11 @@ def _bounds(value: Any) -> str | None:
 
 
 def _grad_norm(value: Any) -> str | None:
-    return None if value is None or value == "off" or (_number(value) and value > 0) else \
-        f"expected a norm > 0, or off, got {value!r}"
+    return (
+        None
+        if value is None or value == "off" or (_number(value) and value > 0)
+        else f"expected a norm > 0, or off, got {value!r}"
+    )
 
 
 def _log_std_init(value: Any) -> str | None:
@@ -128,8 +149,11 @@ def _log_std_init(value: Any) -> str | None:
 
 
 def _gamma(value: Any) -> str | None:
-    return None if value is None or (_number(value) and 0 < value <= 1) else \
-        f"expected a discount in (0, 1] (or null: the algorithm's gamma), got {value!r}"
+    return (
+        None
+        if value is None or (_number(value) and 0 < value <= 1)
+        else f"expected a discount in (0, 1] (or null: the algorithm's gamma), got {value!r}"
+    )
 
 
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
@@ -168,17 +192,31 @@ def check(algo: str, where: str, name: str, candidates: list[Any]) -> list[Issue
     top = name.split(".")[0]
     if top not in APPLIES.get(algo, frozenset()):
         usable = sorted(a for a, knobs in APPLIES.items() if top in knobs)
-        return [Issue(f"{where}.{top}", f"the knob '{top}' does not apply to {algo} (it applies to "
-                                        f"{', '.join(usable) or 'no registered algorithm'})")]
+        return [
+            Issue(
+                f"{where}.{top}",
+                f"the knob '{top}' does not apply to {algo} (it applies to "
+                f"{', '.join(usable) or 'no registered algorithm'})",
+            )
+        ]
     if name == "learning_rate.critic" and algo not in _OFF_POLICY_ALGOS:
-        return [Issue(f"{where}.{name}", f"a separate critic rate needs a separate critic optimizer, which "
-                                         f"{algo} does not have (SAC, TD3 and TQC do)")]
+        return [
+            Issue(
+                f"{where}.{name}",
+                f"a separate critic rate needs a separate critic optimizer, which "
+                f"{algo} does not have (SAC, TD3 and TQC do)",
+            )
+        ]
     if top == "init_gains" and name != top:
         allowed = _GAINS_FOR.get(algo, GAINS[:3])
         leaf = name.split(".", 1)[1]
         if leaf not in allowed:
-            return [Issue(f"{where}.{name}", f"{algo} has no init gain '{leaf}'; allowed: {', '.join(allowed)}"
-                                             f"{did_you_mean(leaf, allowed)}")]
+            return [
+                Issue(
+                    f"{where}.{name}",
+                    f"{algo} has no init gain '{leaf}'; allowed: {', '.join(allowed)}{did_you_mean(leaf, allowed)}",
+                )
+            ]
     rule = _LEAVES.get(name)
     if rule is None:
         siblings = sorted(k.split(".", 1)[1] for k in _LEAVES if k.startswith(top + ".") and "." in k)
@@ -243,8 +281,9 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
         from sweeps import policies
 
         squashed = algo_class.__name__ in ("SAC", "TQC")
-        chosen = policies.bounded_squashed_policy(algo_class.__name__, policy) if squashed else \
-            policies.BY_ALIAS[policy]
+        chosen = (
+            policies.bounded_squashed_policy(algo_class.__name__, policy) if squashed else policies.BY_ALIAS[policy]
+        )
         if "log_std_bounds" in knobs:
             pk["log_std_bounds"] = [float(b) for b in knobs["log_std_bounds"]]
         if "init_gains" in knobs:
@@ -253,8 +292,7 @@ def build(algo_class: type, policy: str, hyperparams: dict[str, Any]) -> Built:
         kwargs["policy_kwargs"] = pk
 
     normalize = _normalize(knobs.get("normalize"), kwargs.get("gamma", defaults.get("gamma", 0.99)))
-    return Built(kwargs, chosen, chosen_class, normalize, float(knobs.get("reward_scale", 1.0)), max_grad_norm,
-                 knobs)
+    return Built(kwargs, chosen, chosen_class, normalize, float(knobs.get("reward_scale", 1.0)), max_grad_norm, knobs)
 
 
 def _optimizer(algo: str, kwargs: dict, pk: dict, knobs: dict, defaults: dict, th: Any) -> None:
@@ -293,9 +331,13 @@ def _normalize(value: Any, algo_gamma: float) -> dict[str, Any] | None:
     if not (settings.get("reward", False) or settings.get("obs", False)):
         return None
     gamma = settings.get("gamma")
-    return {"norm_obs": bool(settings.get("obs", False)), "norm_reward": bool(settings.get("reward", False)),
-            "clip_obs": float(settings.get("clip_obs", 10.0)), "clip_reward": float(settings.get("clip_reward", 10.0)),
-            "gamma": float(algo_gamma if gamma is None else gamma)}
+    return {
+        "norm_obs": bool(settings.get("obs", False)),
+        "norm_reward": bool(settings.get("reward", False)),
+        "clip_obs": float(settings.get("clip_obs", 10.0)),
+        "clip_reward": float(settings.get("clip_reward", 10.0)),
+        "gamma": float(algo_gamma if gamma is None else gamma),
+    }
 
 
 # --- environments -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ the hidden layers (and feature extractors), the action head, the value head, and
 weights of recurrent policies with those gains; a gain left out keeps SB3's default
 (sqrt(2), 0.01, 1; PyTorch's own init for LSTMs).
 """
+
 from __future__ import annotations
 
 import weakref
@@ -36,8 +37,13 @@ from torch import nn
 class _KnobsMixin:
     """Adds ``log_std_bounds`` and ``init_gains`` to an SB3 actor-critic policy class."""
 
-    def __init__(self, *args: Any, log_std_bounds: tuple[float, float] | list[float] | None = None,
-                 init_gains: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        log_std_bounds: tuple[float, float] | list[float] | None = None,
+        init_gains: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.log_std_bounds = tuple(float(b) for b in log_std_bounds) if log_std_bounds is not None else None
         self.init_gains = dict(init_gains or {})
         super().__init__(*args, **kwargs)
@@ -154,8 +160,9 @@ def _bounded_squashed(policy_base: type, actor_base: type) -> type:
     class BoundedSquashedPolicy(policy_base):
         """SAC/TQC policy passing ``log_std_bounds`` to its actor's clamp."""
 
-        def __init__(self, *args: Any, log_std_bounds: tuple[float, float] | list[float] = (-20.0, 2.0),
-                     **kwargs: Any) -> None:
+        def __init__(
+            self, *args: Any, log_std_bounds: tuple[float, float] | list[float] = (-20.0, 2.0), **kwargs: Any
+        ) -> None:
             self.log_std_bounds = tuple(float(b) for b in log_std_bounds)
             super().__init__(*args, **kwargs)
 
@@ -180,8 +187,12 @@ BoundedTQCPolicy = _bounded_squashed(_tqc.TQCPolicy, _tqc.Actor)
 BoundedTQCPolicy.__name__ = BoundedTQCPolicy.__qualname__ = "BoundedTQCPolicy"
 BoundedTQCMultiInputPolicy = _bounded_squashed(_tqc.MultiInputPolicy, _tqc.Actor)
 BoundedTQCMultiInputPolicy.__name__ = BoundedTQCMultiInputPolicy.__qualname__ = "BoundedTQCMultiInputPolicy"
-_SQUASHED = {("SAC", "MlpPolicy"): BoundedSACPolicy, ("SAC", "MultiInputPolicy"): BoundedSACMultiInputPolicy,
-             ("TQC", "MlpPolicy"): BoundedTQCPolicy, ("TQC", "MultiInputPolicy"): BoundedTQCMultiInputPolicy}
+_SQUASHED = {
+    ("SAC", "MlpPolicy"): BoundedSACPolicy,
+    ("SAC", "MultiInputPolicy"): BoundedSACMultiInputPolicy,
+    ("TQC", "MlpPolicy"): BoundedTQCPolicy,
+    ("TQC", "MultiInputPolicy"): BoundedTQCMultiInputPolicy,
+}
 
 
 def bounded_squashed_policy(algo: str, alias: str) -> type:

@@ -1,4 +1,5 @@
 """The live view of a running sweep, and the tables shown after it and by ``rlsweep status``."""
+
 from __future__ import annotations
 
 import json
@@ -15,15 +16,20 @@ def _clock(seconds: float | None) -> str:
     if seconds is None:
         return "--:--"
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
         else f"{seconds // 60:02d}:{seconds % 60:02d}"
+    )
 
 
 def summary_line(p: Progress) -> str:
     best = "-" if p.best is None else f"{p.best:.2f} (trial {p.best_trial})"
-    return (f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed | best {best} | "
-            f"{verdict_counts(p.verdicts)}{_repairs(p)} | elapsed {_clock(time.monotonic() - p.started)} | "
-            f"ETA {_clock(p.eta())}")
+    return (
+        f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed | best {best} | "
+        f"{verdict_counts(p.verdicts)}{_repairs(p)} | elapsed {_clock(time.monotonic() - p.started)} | "
+        f"ETA {_clock(p.eta())}"
+    )
 
 
 def _repairs(p: Progress) -> str:
@@ -80,8 +86,7 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
         outcome = attrs.get("rlsweep.outcome", t.state.name.lower())
         returns = ", ".join(f"{float(v):.1f}" for v in attrs.get("rlsweep.returns", {}).values())
         params = attrs.get("rlsweep.params", t.params)
-        text = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, float) else f'{v:.4g}'}"
-                         for k, v in params.items())
+        text = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, float) else f'{v:.4g}'}" for k, v in params.items())
         if "rlsweep.repair_of" in attrs:
             outcome += f" (repair of {attrs['rlsweep.repair_of']})"
             patch = ", ".join(f"{k}={json.dumps(v)}" for k, v in (attrs.get("rlsweep.repair_patch") or {}).items())

@@ -19,6 +19,7 @@ repaired. A failed confirmation uses up no attempt but ends that line of patches
 The ``random`` strategy is the baseline the benchmark compares with: the same attempt loop, with
 patches drawn at random from the same menu of knob changes instead of from the findings.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,8 +42,10 @@ _NOT_KNOBS = {"healthy": "nothing to repair: rlsweep's verdict is healthy on eve
 # A reward that never varies: its run's other findings (a dead gradient, a stuck critic) carry patches
 # and are tried, since the verdict may only mean the policy never reached a reward (Acrobot's -1 per
 # step); when none works, the message says what knobs cannot do.
-_DEGENERATE = ("the reward never varies, so no learning rate, clipping or normalisation gives the policy a "
-               "signal; fix the env's reward")
+_DEGENERATE = (
+    "the reward never varies, so no learning rate, clipping or normalisation gives the policy a "
+    "signal; fix the env's reward"
+)
 # What a crash with no finding gets: the general stabilisers, gentlest first.
 _CRASH_MENU = ("clip", "lr/3", "normalize_reward")
 
@@ -89,7 +92,7 @@ def _scaled_rate(current: Any, new: float) -> Any:
 def initial_rate(hyperparams: Mapping[str, Any], default: float) -> float:
     value = hyperparams.get("learning_rate", default)
     if isinstance(value, str) and value.startswith("lin_"):
-        return float(value[len("lin_"):])
+        return float(value[len("lin_") :])
     if isinstance(value, Mapping):
         return float(value["initial"])
     return float(value)
@@ -115,8 +118,9 @@ def candidates(verdicts: Mapping[Any, Mapping[str, Any]], priority: tuple[str, .
     """The failing trial's patches, in order: certain findings before warnings, causes before
     consequences (``priority``), then each finding's own order; duplicates once."""
     findings = [f for v in verdicts.values() for f in v.get("findings", [])]
-    findings.sort(key=lambda f: (not f.get("certain", True),
-                                 priority.index(f["kind"]) if f.get("kind") in priority else 99))
+    findings.sort(
+        key=lambda f: (not f.get("certain", True), priority.index(f["kind"]) if f.get("kind") in priority else 99)
+    )
     out: list[dict[str, Any]] = []
     for f in findings:
         for p in f.get("patches") or []:
@@ -126,8 +130,9 @@ def candidates(verdicts: Mapping[Any, Mapping[str, Any]], priority: tuple[str, .
     return out
 
 
-def menu(hyperparams: Mapping[str, Any], defaults: Mapping[str, Any], continuous: bool,
-         on_policy: bool) -> list[dict[str, Any]]:
+def menu(
+    hyperparams: Mapping[str, Any], defaults: Mapping[str, Any], continuous: bool, on_policy: bool
+) -> list[dict[str, Any]]:
     """Every knob change repair may try, for the random baseline (and crashes without findings):
     the same kinds of change the detectors advise, minus those the config already has
     (``defaults``: the algorithm's constructor defaults, for knobs the config leaves out)."""
@@ -139,9 +144,14 @@ def menu(hyperparams: Mapping[str, Any], defaults: Mapping[str, Any], continuous
         ("weight_decay", {"weight_decay": 0.0}),
     ]
     if on_policy:
-        items += [("clip", {"max_grad_norm": 0.5}), ("vf_coef", {"vf_coef": 0.5}), ("ent_coef_0", {"ent_coef": 0.0}),
-                  ("ent_coef", {"ent_coef": 0.01}), ("value_gain", {"init_gains": {"value": 1.0}}),
-                  ("normalize_advantage", {"normalize_advantage": True})]
+        items += [
+            ("clip", {"max_grad_norm": 0.5}),
+            ("vf_coef", {"vf_coef": 0.5}),
+            ("ent_coef_0", {"ent_coef": 0.0}),
+            ("ent_coef", {"ent_coef": 0.01}),
+            ("value_gain", {"init_gains": {"value": 1.0}}),
+            ("normalize_advantage", {"normalize_advantage": True}),
+        ]
     if continuous:
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
     out = []
@@ -167,37 +177,40 @@ def constructor_defaults(algo_class: type) -> dict[str, Any]:
     """An algorithm's keyword defaults (``learning_rate``, ``ent_coef``, ``max_grad_norm``, ...)."""
     import inspect
 
-    return {name: p.default for name, p in inspect.signature(algo_class).parameters.items()
-            if p.default is not inspect.Parameter.empty and isinstance(p.default, (int, float, str, bool))}
+    return {
+        name: p.default
+        for name, p in inspect.signature(algo_class).parameters.items()
+        if p.default is not inspect.Parameter.empty and isinstance(p.default, (int, float, str, bool))
+    }
 
 
 # --- one trial's plan ------------------------------------------------------------------------------
 @dataclass
 class RepairSettings:
     max_attempts: int = 2
-    confirm: bool = True              # confirm a passing attempt on fresh seeds before calling it repaired
-    strategy: str = "findings"        # or "random": the benchmark's baseline
-    budget: int | None = None         # the most repair seed runs (auto repair: the sweep's own size)
-    seeds: list[int] | None = None    # re-train on these instead of the trial's seeds
+    confirm: bool = True  # confirm a passing attempt on fresh seeds before calling it repaired
+    strategy: str = "findings"  # or "random": the benchmark's baseline
+    budget: int | None = None  # the most repair seed runs (auto repair: the sweep's own size)
+    seeds: list[int] | None = None  # re-train on these instead of the trial's seeds
     rng_seed: int = 0
 
 
 @dataclass
 class Attempt:
-    number: int                              # 1-based
-    patch: dict[str, Any]                    # the whole patch over the failing config
-    added: dict[str, Any]                    # what this attempt added to the previous one
+    number: int  # 1-based
+    patch: dict[str, Any]  # the whole patch over the failing config
+    added: dict[str, Any]  # what this attempt added to the previous one
     why: str
-    source: str                              # the finding class the patch came from, or "random"/"menu"
+    source: str  # the finding class the patch came from, or "random"/"menu"
     verdicts: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     crashed: list[int] = field(default_factory=list)
     offered: list[dict[str, Any]] = field(default_factory=list)  # the patches this attempt's findings carry
-    trial: int | None = None                 # its Optuna trial, once told
+    trial: int | None = None  # its Optuna trial, once told
     run_id: str = ""
     verdict: str = ""
-    confirm: dict[str, Any] | None = None    # {seeds, verdicts, returns, mean_return, score, safe}
-    result: str = ""                         # why it passed or not
+    confirm: dict[str, Any] | None = None  # {seeds, verdicts, returns, mean_return, score, safe}
+    result: str = ""  # why it passed or not
     state: dict[str, Any] = field(default_factory=dict)  # the driver's record of its seeds
 
     @property
@@ -205,11 +218,18 @@ class Attempt:
         return statistics.fmean(self.returns.values()) if self.returns else None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"attempt": self.number, "patch": self.patch, "why": self.why, "source": self.source,
-               "verdict": self.verdict, "verdicts": dict(sorted(self.verdicts.items())),
-               "returns": {s: round(r, 4) for s, r in sorted(self.returns.items())},
-               "mean_return": None if self.mean_return is None else round(self.mean_return, 4),
-               "result": self.result, "trial": self.trial}
+        out = {
+            "attempt": self.number,
+            "patch": self.patch,
+            "why": self.why,
+            "source": self.source,
+            "verdict": self.verdict,
+            "verdicts": dict(sorted(self.verdicts.items())),
+            "returns": {s: round(r, 4) for s, r in sorted(self.returns.items())},
+            "mean_return": None if self.mean_return is None else round(self.mean_return, 4),
+            "result": self.result,
+            "trial": self.trial,
+        }
         if self.confirm is not None:
             out["confirm"] = self.confirm
         return out
@@ -220,23 +240,23 @@ class Plan:
     """Repairing one failing trial; the driver asks it what to run next and tells it what came back."""
 
     origin: int
-    params: dict[str, Any]                   # the failing trial's sampled values, by dotted name
-    verdict: str                             # its failure class ("crashed" for an unclassified crash)
-    returns: dict[int, float]                # its seeds' evaluation returns, where any finished
+    params: dict[str, Any]  # the failing trial's sampled values, by dotted name
+    verdict: str  # its failure class ("crashed" for an unclassified crash)
+    returns: dict[int, float]  # its seeds' evaluation returns, where any finished
     seeds: list[int]
-    fresh: list[int]                         # confirmation seeds, never used by the sweep
+    fresh: list[int]  # confirmation seeds, never used by the sweep
     candidates: list[dict[str, Any]]
     max_attempts: int
     strategy: str = "findings"
     menu: list[dict[str, Any]] = field(default_factory=list)
     rng_seed: int = 0
     attempts: list[Attempt] = field(default_factory=list)
-    status: str = "pending"                  # pending | repaired | failed | budget | interrupted
+    status: str = "pending"  # pending | repaired | failed | budget | interrupted
     message: str = ""
     check: Callable[[dict[str, Any]], str | None] | None = None  # why a patch cannot be applied, or None
-    context: dict[str, Any] = field(default_factory=dict)         # the driver's: Optuna params, MLflow run
+    context: dict[str, Any] = field(default_factory=dict)  # the driver's: Optuna params, MLflow run
     accepted: Attempt | None = None
-    skipped: list[str] = field(default_factory=list)               # patches refused by ``check``, and why
+    skipped: list[str] = field(default_factory=list)  # patches refused by ``check``, and why
     _tried: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -251,8 +271,11 @@ class Plan:
     def accept(self, attempt: Attempt) -> None:
         """A passing attempt without confirmation (``confirm: false``)."""
         self.accepted = attempt
-        self.finish("repaired", f"attempt {attempt.number} ({describe(attempt.patch)}) is healthy on seeds "
-                                f"{self.seeds} (not confirmed on fresh seeds)")
+        self.finish(
+            "repaired",
+            f"attempt {attempt.number} ({describe(attempt.patch)}) is healthy on seeds "
+            f"{self.seeds} (not confirmed on fresh seeds)",
+        )
 
     def _usable(self, patch: dict[str, Any]) -> bool:
         problem = self.check(patch) if self.check else None
@@ -266,8 +289,11 @@ class Plan:
             self.finish("failed", _NOT_KNOBS[self.verdict])
             return None
         if len(self.attempts) >= self.max_attempts:
-            self.finish("failed", f"no repair within {self.max_attempts} attempt(s)"
-                        + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else ""))
+            self.finish(
+                "failed",
+                f"no repair within {self.max_attempts} attempt(s)"
+                + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else ""),
+            )
             return None
         last = self.attempts[-1] if self.attempts else None
         chosen = self._extend(last) if last is not None else None
@@ -284,8 +310,9 @@ class Plan:
 
     def _nothing_left(self) -> str:
         if self.verdict == "degenerate_reward":
-            return ("not repaired: every patch was tried; " if self.attempts else "not repairable with knobs: ") \
-                + _DEGENERATE
+            return (
+                "not repaired: every patch was tried; " if self.attempts else "not repairable with knobs: "
+            ) + _DEGENERATE
         if self.attempts or self.strategy != "findings" or self.candidates:
             return "no patch left to try: every candidate was tried"
         return f"not repairable with knobs: the {self.verdict} findings carry no knob patch"
@@ -295,13 +322,23 @@ class Plan:
         if last.confirm is not None or not last.verdicts or all(v == "healthy" for v in last.verdicts.values()):
             return None  # healthy seeds that returned too little, or a failed confirmation: the patch goes
         if self.strategy == "random":
-            options = [m for m in self.menu if not any(k in last.patch for k in m["patch"])
-                       and self._usable(merge(last.patch, m["patch"]))]
+            options = [
+                m
+                for m in self.menu
+                if not any(k in last.patch for k in m["patch"]) and self._usable(merge(last.patch, m["patch"]))
+            ]
             pick = self._rng(len(self.attempts)).choice(options) if options else None
         else:
-            pick = next((p for p in last.offered if not any(k in last.patch for k in p["patch"])
-                         and merge(last.patch, p["patch"]) not in self._tried
-                         and self._usable(merge(last.patch, p["patch"]))), None)
+            pick = next(
+                (
+                    p
+                    for p in last.offered
+                    if not any(k in last.patch for k in p["patch"])
+                    and merge(last.patch, p["patch"]) not in self._tried
+                    and self._usable(merge(last.patch, p["patch"]))
+                ),
+                None,
+            )
         if pick is None:
             return None
         patch = merge(last.patch, pick["patch"])
@@ -314,10 +351,12 @@ class Plan:
                 return None
             pick = self._rng(len(self.attempts)).choice(options)
             return pick["patch"], pick["patch"], pick["why"], "random"
-        pool = self.candidates or ([m for m in self.menu if m.get("name") in _CRASH_MENU]
-                                   if self.verdict == "crashed" else [])
+        pool = self.candidates or (
+            [m for m in self.menu if m.get("name") in _CRASH_MENU] if self.verdict == "crashed" else []
+        )
         found: dict[str, Any] | None = next(
-            (c for c in pool if c["patch"] not in self._tried and self._usable(c["patch"])), None)
+            (c for c in pool if c["patch"] not in self._tried and self._usable(c["patch"])), None
+        )
         if found is None:
             return None
         return found["patch"], found["patch"], found["why"], found.get("source", "menu")
@@ -341,16 +380,26 @@ class Plan:
         return True, "healthy on every seed"
 
     def confirmed(self, attempt: Attempt, verdicts: dict[int, str], returns: dict[int, float]) -> bool:
-        ok = (all(v == "healthy" for v in verdicts.values()) and len(returns) == len(self.fresh)
-              and len(verdicts) == len(self.fresh))
-        attempt.confirm = {"seeds": list(self.fresh), "verdicts": dict(sorted(verdicts.items())),
-                           "returns": {s: round(r, 4) for s, r in sorted(returns.items())},
-                           "mean_return": round(statistics.fmean(returns.values()), 4) if returns else None,
-                           "score": _score(list(returns.values())), "safe": ok}
+        ok = (
+            all(v == "healthy" for v in verdicts.values())
+            and len(returns) == len(self.fresh)
+            and len(verdicts) == len(self.fresh)
+        )
+        attempt.confirm = {
+            "seeds": list(self.fresh),
+            "verdicts": dict(sorted(verdicts.items())),
+            "returns": {s: round(r, 4) for s, r in sorted(returns.items())},
+            "mean_return": round(statistics.fmean(returns.values()), 4) if returns else None,
+            "score": _score(list(returns.values())),
+            "safe": ok,
+        }
         if ok:
             self.accepted = attempt
-            self.finish("repaired", f"attempt {attempt.number} ({describe(attempt.patch)}) is healthy on "
-                                     f"seeds {self.seeds} and on fresh seeds {self.fresh}")
+            self.finish(
+                "repaired",
+                f"attempt {attempt.number} ({describe(attempt.patch)}) is healthy on "
+                f"seeds {self.seeds} and on fresh seeds {self.fresh}",
+            )
         return ok
 
     def finish(self, status: str, message: str) -> None:
@@ -359,16 +408,23 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         fixed = self.repaired
-        return {"trial": self.origin, "status": self.status, "message": self.message, "strategy": self.strategy,
-                "verdict_before": self.verdict, "returns_before": {s: round(r, 4) for s, r in sorted(self.returns.items())},
-                "mean_return_before": None if self.baseline is None else round(self.baseline, 4),
-                "verdict_after": fixed.verdict if fixed else (self.attempts[-1].verdict if self.attempts else None),
-                "patch": fixed.patch if fixed else None,
-                "mean_return_after": round(fixed.mean_return, 4) if fixed and fixed.mean_return is not None else None,
-                "repaired_trial": fixed.trial if fixed else None,
-                "confirm": fixed.confirm if fixed else None,
-                "attempts_used": len(self.attempts), "attempts": [a.to_dict() for a in self.attempts],
-                **({"not_applicable": self.skipped} if self.skipped else {})}
+        return {
+            "trial": self.origin,
+            "status": self.status,
+            "message": self.message,
+            "strategy": self.strategy,
+            "verdict_before": self.verdict,
+            "returns_before": {s: round(r, 4) for s, r in sorted(self.returns.items())},
+            "mean_return_before": None if self.baseline is None else round(self.baseline, 4),
+            "verdict_after": fixed.verdict if fixed else (self.attempts[-1].verdict if self.attempts else None),
+            "patch": fixed.patch if fixed else None,
+            "mean_return_after": round(fixed.mean_return, 4) if fixed and fixed.mean_return is not None else None,
+            "repaired_trial": fixed.trial if fixed else None,
+            "confirm": fixed.confirm if fixed else None,
+            "attempts_used": len(self.attempts),
+            "attempts": [a.to_dict() for a in self.attempts],
+            **({"not_applicable": self.skipped} if self.skipped else {}),
+        }
 
 
 def _score(values: list[float]) -> float | None:
@@ -403,8 +459,12 @@ def write_summary(path: Path, plans: list[Plan]) -> dict[str, Any]:
     totals: dict[str, int] = {}
     for item in items:
         totals[item["status"]] = totals.get(item["status"], 0) + 1
-    doc = {"rule": "repaired: every seed healthy, mean return at least the failing config's, then every fresh "
-                   "seed healthy", "totals": totals, "repairs": items}
+    doc = {
+        "rule": "repaired: every seed healthy, mean return at least the failing config's, then every fresh "
+        "seed healthy",
+        "totals": totals,
+        "repairs": items,
+    }
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(dump_yaml(doc))
     tmp.replace(path)
@@ -427,7 +487,12 @@ def render(plans: list[Plan]) -> list[str]:
             head += f": {plan.message}"
         lines.append(head)
         for a in plan.attempts:
-            lines.append(f"  attempt {a.number}: {describe(a.patch)} -> {a.verdict or '-'}; {a.result}"
-                         + ("" if a.confirm is None else
-                            f"; fresh seeds {'healthy' if a.confirm['safe'] else a.confirm['verdicts']}"))
+            lines.append(
+                f"  attempt {a.number}: {describe(a.patch)} -> {a.verdict or '-'}; {a.result}"
+                + (
+                    ""
+                    if a.confirm is None
+                    else f"; fresh seeds {'healthy' if a.confirm['safe'] else a.confirm['verdicts']}"
+                )
+            )
     return lines

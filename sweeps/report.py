@@ -9,6 +9,7 @@ Figures go to ``results/NAME/report/`` (PNG) with ``report.html`` bundling them,
 * ``importance.png``: hyperparameter importance (Optuna's fANOVA) for failing vs for the return;
 * ``curves.png``: training curves of the best safe config's seeds against failing trials' seeds.
 """
+
 from __future__ import annotations
 
 import html
@@ -23,9 +24,16 @@ from rich.table import Table
 
 from sweeps.results import SCORE_RULE, SweepResults, TrialRecord
 
-COLOURS = {"healthy": "#2e7d32", "nan_scale": "#c62828", "exploding_updates": "#ef6c00",
-           "dead_policy_gradient": "#6a1b9a", "stuck_value_loss": "#1565c0", "degenerate_reward": "#795548",
-           "entropy_collapse": "#ad1457", "crashed": "#424242"}
+COLOURS = {
+    "healthy": "#2e7d32",
+    "nan_scale": "#c62828",
+    "exploding_updates": "#ef6c00",
+    "dead_policy_gradient": "#6a1b9a",
+    "stuck_value_loss": "#1565c0",
+    "degenerate_reward": "#795548",
+    "entropy_collapse": "#ad1457",
+    "crashed": "#424242",
+}
 FIGURES = ("failure_map.png", "verdicts.png", "importance.png", "curves.png")
 
 
@@ -42,8 +50,10 @@ def importances(res: SweepResults) -> dict[str, dict[str, float]]:
     frozen = {t.number: t for t in res.study.get_trials(deepcopy=False)}
     finished = [t for t in res.finished if frozen[t.number].distributions]
     out: dict[str, dict[str, float]] = {}
-    targets = {"failure": [(t, 1.0 if t.failure_class else 0.0) for t in finished],
-               "return": [(t, t.value) for t in finished if t.value is not None and math.isfinite(t.value)]}
+    targets = {
+        "failure": [(t, 1.0 if t.failure_class else 0.0) for t in finished],
+        "return": [(t, t.value) for t in finished if t.value is not None and math.isfinite(t.value)],
+    }
     for name, pairs in targets.items():
         values = {v for _, v in pairs}
         if len(pairs) < 3 or len(values) < 2:
@@ -54,7 +64,8 @@ def importances(res: SweepResults) -> dict[str, dict[str, float]]:
             study.add_trial(optuna.trial.create_trial(params=f.params, distributions=f.distributions, value=value))
         try:
             out[name] = optuna.importance.get_param_importances(
-                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
+            )
         except (RuntimeError, ValueError):
             continue
     return out
@@ -101,14 +112,21 @@ def failure_map(res: SweepResults, imp: dict[str, dict[str, float]], path: Path)
         jitter = [((t.number * 37) % 11 - 5) * 0.02 for t in trials]  # keep identical points apart
         for verdict in sorted({label(t) for t in trials}):
             idx = [i for i, t in enumerate(trials) if label(t) == verdict]
-            ax.scatter([xs[i] + (jitter[i] if xlabels else 0) for i in idx],
-                       [ys[i] + (jitter[i] if ylabels else 0) for i in idx],
-                       c=COLOURS.get(verdict, "#000000"), label=f"{verdict} ({len(idx)})", s=46, alpha=0.85,
-                       edgecolors="white")
+            ax.scatter(
+                [xs[i] + (jitter[i] if xlabels else 0) for i in idx],
+                [ys[i] + (jitter[i] if ylabels else 0) for i in idx],
+                c=COLOURS.get(verdict, "#000000"),
+                label=f"{verdict} ({len(idx)})",
+                s=46,
+                alpha=0.85,
+                edgecolors="white",
+            )
         ax.set_xlabel(dims[0])
         ax.set_ylabel(dims[1] if len(dims) > 1 else "objective")
-        for axis, labels, name, values in ((ax.xaxis, xlabels, dims[0], xs),
-                                           (ax.yaxis, ylabels, dims[1] if len(dims) > 1 else "", ys)):
+        for axis, labels, name, values in (
+            (ax.xaxis, xlabels, dims[0], xs),
+            (ax.yaxis, ylabels, dims[1] if len(dims) > 1 else "", ys),
+        ):
             if labels:
                 axis.set_ticks(range(len(labels)), labels)
             elif name and _log_scaled(res, name) and all(v > 0 for v in values):
@@ -146,13 +164,25 @@ def importance_bars(imp: dict[str, dict[str, float]], path: Path) -> None:
     ax = fig.add_subplot()
     names = sorted(set(imp.get("failure", {})) | set(imp.get("return", {})))
     if not names:
-        ax.text(0.5, 0.5, "too few trials, or no variety in outcome, to rank hyperparameters",
-                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.text(
+            0.5,
+            0.5,
+            "too few trials, or no variety in outcome, to rank hyperparameters",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=9,
+        )
     else:
         width = 0.4
         for offset, key, colour in ((-width / 2, "failure", "#c62828"), (width / 2, "return", "#1565c0")):
-            ax.barh([i + offset for i in range(len(names))], [imp.get(key, {}).get(n, 0.0) for n in names],
-                    height=width, label=f"for {key}", color=colour)
+            ax.barh(
+                [i + offset for i in range(len(names))],
+                [imp.get(key, {}).get(n, 0.0) for n in names],
+                height=width,
+                label=f"for {key}",
+                color=colour,
+            )
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.set_xlabel("fANOVA importance")
         ax.legend(fontsize=8)
@@ -169,8 +199,12 @@ def curves(res: SweepResults, runs: dict[int, list[tuple[int, list[tuple[int, fl
     if safe and safe[0].number in runs:
         for seed, points in runs[safe[0].number]:
             if points:
-                ax.plot(*zip(*points, strict=False), color=COLOURS["healthy"], linewidth=1.8,
-                        label=f"best safe: trial {safe[0].number} seed {seed}")
+                ax.plot(
+                    *zip(*points, strict=False),
+                    color=COLOURS["healthy"],
+                    linewidth=1.8,
+                    label=f"best safe: trial {safe[0].number} seed {seed}",
+                )
                 shown = True
     failing = [t for t in res.finished if t.failure_class][:3]
     styles = ["--", ":", "-."]
@@ -178,8 +212,13 @@ def curves(res: SweepResults, runs: dict[int, list[tuple[int, list[tuple[int, fl
         for seed, points in runs.get(t.number, []):
             if points:
                 verdict = t.verdicts.get(seed, label(t))  # each seed with its own verdict
-                ax.plot(*zip(*points, strict=False), linestyle=style, color=COLOURS.get(verdict, "#000"), linewidth=1.2,
-                        label=f"trial {t.number} seed {seed}: {verdict}")
+                ax.plot(
+                    *zip(*points, strict=False),
+                    linestyle=style,
+                    color=COLOURS.get(verdict, "#000"),
+                    linewidth=1.2,
+                    label=f"trial {t.number} seed {seed}: {verdict}",
+                )
                 shown = True
     if not shown:
         ax.text(0.5, 0.5, "no training curves recorded", ha="center", va="center", transform=ax.transAxes)
@@ -199,8 +238,7 @@ def curve_points(res: SweepResults, numbers: list[int]) -> dict[int, list[tuple[
     if experiment is None or not numbers:
         return {}
     out: dict[int, list[tuple[int, list[tuple[int, float]]]]] = {}
-    found = client.search_runs([experiment.experiment_id], filter_string="tags.`rlsweep.seed` != ''",
-                               max_results=5000)
+    found = client.search_runs([experiment.experiment_id], filter_string="tags.`rlsweep.seed` != ''", max_results=5000)
     for run in found:
         number = int(run.data.tags.get("rlsweep.trial", -1))
         if number not in numbers:
@@ -233,8 +271,10 @@ def build(name: str, console: Console) -> Path:
     page = folder / "report.html"
     page.write_text(html_page(res, imp, ranges))
     log_to_mlflow(res, folder)
-    console.print(f"wrote {page} and {', '.join(FIGURES)}; logged to MLflow run 'report' of experiment "
-                  f"'{res.spec.experiment}'", highlight=False)
+    console.print(
+        f"wrote {page} and {', '.join(FIGURES)}; logged to MLflow run 'report' of experiment '{res.spec.experiment}'",
+        highlight=False,
+    )
     return page
 
 
@@ -250,8 +290,12 @@ def summary(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[st
     for column in ("trial", "score", "returns per seed", "params"):
         best.add_column(column, overflow="fold")
     for t in res.safe()[:5]:
-        best.add_row(str(t.number), f"{t.score:.2f}", ", ".join(f"{r:.1f}" for r in t.returns.values()),
-                     ", ".join(f"{k}={v}" for k, v in t.params.items()) or "-")
+        best.add_row(
+            str(t.number),
+            f"{t.score:.2f}",
+            ", ".join(f"{r:.1f}" for r in t.returns.values()),
+            ", ".join(f"{k}={v}" for k, v in t.params.items()) or "-",
+        )
     console.print(best if res.safe() else "no safe config: every finished trial failed on a seed")
     repairs = repair_rows(res)
     if repairs:
@@ -263,16 +307,25 @@ def summary(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[st
         console.print(table)
     prone = failure_prone(res, imp)
     if prone:
-        console.print("most failure-prone hyperparameters (fANOVA importance for failing): "
-                      + ", ".join(f"{n} {v:.2f}" for n, v in prone[:5]), highlight=False)
+        console.print(
+            "most failure-prone hyperparameters (fANOVA importance for failing): "
+            + ", ".join(f"{n} {v:.2f}" for n, v in prone[:5]),
+            highlight=False,
+        )
     for name, info in ranges.items():
         text = "; ".join(info[k] for k in ("below", "above", "inside", "note") if k in info)
         if text:
             console.print(f"  {name}: safe {info.get('safe')}; {text}", highlight=False)
 
 
-REPAIR_COLUMNS = ("trial", "verdict before -> after", "patch that worked", "return before -> after",
-                  "fresh seeds", "attempts")
+REPAIR_COLUMNS = (
+    "trial",
+    "verdict before -> after",
+    "patch that worked",
+    "return before -> after",
+    "fresh seeds",
+    "attempts",
+)
 
 
 def repair_rows(res: SweepResults) -> list[tuple[str, ...]]:
@@ -287,28 +340,47 @@ def repair_rows(res: SweepResults) -> list[tuple[str, ...]]:
     for item in (load_yaml(path.read_text()) or {}).get("repairs", []):
         confirm = item.get("confirm") or {}
         before, after = item.get("mean_return_before"), item.get("mean_return_after")
-        rows.append((str(item["trial"]) + ("" if item.get("strategy", "findings") == "findings" else
-                                          f" ({item['strategy']})"),
-                     f"{item['verdict_before']} -> {item.get('verdict_after') or '-'}",
-                     describe(item["patch"]) if item.get("patch") else f"{item['status']}: {item.get('message', '')}",
-                     f"{'-' if before is None else f'{before:.4g}'} -> {'-' if after is None else f'{after:.4g}'}",
-                     f"score {confirm['score']} on {confirm['seeds']}" if confirm else "-",
-                     str(item.get("attempts_used", 0))))
+        rows.append(
+            (
+                str(item["trial"])
+                + ("" if item.get("strategy", "findings") == "findings" else f" ({item['strategy']})"),
+                f"{item['verdict_before']} -> {item.get('verdict_after') or '-'}",
+                describe(item["patch"]) if item.get("patch") else f"{item['status']}: {item.get('message', '')}",
+                f"{'-' if before is None else f'{before:.4g}'} -> {'-' if after is None else f'{after:.4g}'}",
+                f"score {confirm['score']} on {confirm['seeds']}" if confirm else "-",
+                str(item.get("attempts_used", 0)),
+            )
+        )
     return rows
 
 
 def html_page(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[str, Any]) -> str:
     counts = Counter(label(t) for t in res.finished)
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in counts.most_common())
-    best = "".join(
-        f"<tr><td>{t.number}</td><td>{t.score:.2f}</td><td>{html.escape(json.dumps(t.params))}</td></tr>"
-        for t in res.safe()[:5]) or "<tr><td colspan=3>no safe config</td></tr>"
-    range_rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(json.dumps(i.get('safe')))}</td>"
-                         f"<td>{html.escape('; '.join(i[k] for k in ('below', 'above', 'inside', 'note') if k in i))}</td></tr>"
-                         for n, i in ranges.items())
+    best = (
+        "".join(
+            f"<tr><td>{t.number}</td><td>{t.score:.2f}</td><td>{html.escape(json.dumps(t.params))}</td></tr>"
+            for t in res.safe()[:5]
+        )
+        or "<tr><td colspan=3>no safe config</td></tr>"
+    )
+    range_rows = "".join(
+        f"<tr><td>{html.escape(n)}</td><td>{html.escape(json.dumps(i.get('safe')))}</td>"
+        f"<td>{html.escape('; '.join(i[k] for k in ('below', 'above', 'inside', 'note') if k in i))}</td></tr>"
+        for n, i in ranges.items()
+    )
     repairs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in repair_rows(res))
-    repair_table = ("<h2>Repairs</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in REPAIR_COLUMNS) + "</tr>"
-                    + repairs + "</table>") if repairs else ""
+    repair_table = (
+        (
+            "<h2>Repairs</h2><table><tr>"
+            + "".join(f"<th>{c}</th>" for c in REPAIR_COLUMNS)
+            + "</tr>"
+            + repairs
+            + "</table>"
+        )
+        if repairs
+        else ""
+    )
     figures = "".join(f'<figure><img src="{f}" alt="{f}"><figcaption>{f}</figcaption></figure>' for f in FIGURES)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rlsweep report: {html.escape(res.spec.name)}</title>
@@ -335,13 +407,15 @@ def log_to_mlflow(res: SweepResults, folder: Path) -> None:
     experiment = client.get_experiment_by_name(res.spec.experiment)
     if experiment is None:
         return
-    found = client.search_runs([experiment.experiment_id], filter_string="tags.`rlsweep.kind` = 'report'",
-                               max_results=1)
+    found = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`rlsweep.kind` = 'report'", max_results=1
+    )
     if found:
         run_id = found[0].info.run_id
     else:
-        run_id = client.create_run(experiment.experiment_id, run_name="report",
-                                   tags={"rlsweep.kind": "report", "rlsweep.sweep": res.spec.name}).info.run_id
+        run_id = client.create_run(
+            experiment.experiment_id, run_name="report", tags={"rlsweep.kind": "report", "rlsweep.sweep": res.spec.name}
+        ).info.run_id
     for name in (*FIGURES, "report.html"):
         client.log_artifact(run_id, str(folder / name), artifact_path="report")
     client.set_terminated(run_id, "FINISHED")

@@ -10,6 +10,7 @@ unless log_std is bounded. The observation is the episode's two targets and the 
 episode left, so a critic can predict the return (a critic facing pure noise would make every
 run look like a stuck value loss).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,8 +22,14 @@ import numpy as np
 class SpikyTargets(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, reward_scale: float = 1.0, precision_weight: float = 1.0, spike_prob: float = 0.0,
-                 spike: float = 50.0, episode_steps: int = 50) -> None:
+    def __init__(
+        self,
+        reward_scale: float = 1.0,
+        precision_weight: float = 1.0,
+        spike_prob: float = 0.0,
+        spike: float = 50.0,
+        episode_steps: int = 50,
+    ) -> None:
         self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
         big = float(np.finfo(np.float32).max)  # "unbounded": SB3 insists on finite bounds
         self.action_space = gym.spaces.Box(-big, big, shape=(4,), dtype=np.float32)
@@ -58,6 +65,7 @@ def make_spiky_targets(**kwargs: Any) -> gym.Env:
 
 
 # --- Wrappers and small envs for the labelled failure corpus (conf/corpus) ---------------------
+
 
 class NanObservationsAfter(gym.Wrapper):
     """From env step ``after`` on (counted over the wrapper's life), every observation is NaN:
@@ -121,8 +129,9 @@ class DictObservation(gym.ObservationWrapper):
     def __init__(self, env: gym.Env, horizon: int = 500) -> None:
         super().__init__(env)
         self.horizon, self._t = int(horizon), 0
-        self.observation_space = gym.spaces.Dict({"state": env.observation_space,
-                                                  "time": gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)})
+        self.observation_space = gym.spaces.Dict(
+            {"state": env.observation_space, "time": gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)}
+        )
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         self._t = 0

@@ -2,6 +2,7 @@
 
 Reads ``results/NAME/sweep.yaml`` (the validated spec) and the Optuna study; never writes.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,17 +25,17 @@ FEW_SEEDS = 3
 @dataclass
 class TrialRecord:
     number: int
-    state: str                         # COMPLETE / PRUNED / FAIL / RUNNING
-    outcome: str                       # complete / unstable / crashed / interrupted / running
-    params: dict[str, Any]             # the sampled values, by dotted name
+    state: str  # COMPLETE / PRUNED / FAIL / RUNNING
+    outcome: str  # complete / unstable / crashed / interrupted / running
+    params: dict[str, Any]  # the sampled values, by dotted name
     returns: dict[int, float] = field(default_factory=dict)
     verdicts: dict[int, str] = field(default_factory=dict)
     verdict: str | None = None
     value: float | None = None
     error: str = ""
-    repair_of: int | None = None       # a repair attempt: the failing trial it repairs
-    patch: dict[str, Any] = field(default_factory=dict)    # the repair's knob patch
-    confirm: dict[str, Any] | None = None                  # a repair's run on fresh seeds
+    repair_of: int | None = None  # a repair attempt: the failing trial it repairs
+    patch: dict[str, Any] = field(default_factory=dict)  # the repair's knob patch
+    confirm: dict[str, Any] | None = None  # a repair's run on fresh seeds
 
     @property
     def failed_seeds(self) -> int:
@@ -49,8 +50,12 @@ class TrialRecord:
 
     def safe(self, n_seeds: int) -> bool:
         """Every seed ran to the end, was evaluated, and was judged healthy."""
-        return (self.outcome == "complete" and len(self.returns) == n_seeds
-                and len(self.verdicts) == n_seeds and self.failed_seeds == 0)
+        return (
+            self.outcome == "complete"
+            and len(self.returns) == n_seeds
+            and len(self.verdicts) == n_seeds
+            and self.failed_seeds == 0
+        )
 
     @property
     def score(self) -> float:
@@ -115,10 +120,20 @@ def load(name: str) -> SweepResults:
     for t in study.get_trials(deepcopy=False):
         attrs = t.user_attrs
         outcome = attrs.get("rlsweep.outcome", "running" if t.state.name == "RUNNING" else t.state.name.lower())
-        records.append(TrialRecord(
-            number=t.number, state=t.state.name, outcome=outcome, params=dict(attrs.get("rlsweep.params", {})),
-            returns={int(k): float(v) for k, v in attrs.get("rlsweep.returns", {}).items()},
-            verdicts={int(k): v for k, v in attrs.get("rlsweep.verdicts", {}).items()},
-            verdict=attrs.get("rlsweep.verdict"), value=t.value, error=attrs.get("rlsweep.error", ""),
-            repair_of=attrs.get(REPAIR_OF), patch=dict(attrs.get(REPAIR_PATCH) or {}), confirm=attrs.get(CONFIRM)))
+        records.append(
+            TrialRecord(
+                number=t.number,
+                state=t.state.name,
+                outcome=outcome,
+                params=dict(attrs.get("rlsweep.params", {})),
+                returns={int(k): float(v) for k, v in attrs.get("rlsweep.returns", {}).items()},
+                verdicts={int(k): v for k, v in attrs.get("rlsweep.verdicts", {}).items()},
+                verdict=attrs.get("rlsweep.verdict"),
+                value=t.value,
+                error=attrs.get("rlsweep.error", ""),
+                repair_of=attrs.get(REPAIR_OF),
+                patch=dict(attrs.get(REPAIR_PATCH) or {}),
+                confirm=attrs.get(CONFIRM),
+            )
+        )
     return SweepResults(spec, records, study)

@@ -1,4 +1,5 @@
 """``rlsweep run``: prepare the stores, start a backend, drive the sweep, print the results."""
+
 from __future__ import annotations
 
 import fcntl
@@ -25,8 +26,10 @@ def _writable_dir(path: Path) -> None:
         probe.write_bytes(b"0" * 65536)
         probe.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot write to {path}: {exc.strerror or exc}. Free some space or choose another "
-                         f"'storage.dir' / 'tracking.mlflow_uri'.") from None
+        raise UsageError(
+            f"cannot write to {path}: {exc.strerror or exc}. Free some space or choose another "
+            f"'storage.dir' / 'tracking.mlflow_uri'."
+        ) from None
 
 
 @contextmanager
@@ -38,7 +41,8 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
     except BlockingIOError:
         handle.close()
         raise UsageError(
-            f"another rlsweep process is running the sweep in {storage_dir}; wait for it or stop it") from None
+            f"another rlsweep process is running the sweep in {storage_dir}; wait for it or stop it"
+        ) from None
     try:
         handle.write(str(os.getpid()))
         handle.flush()
@@ -55,7 +59,7 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
 
     folders = [spec.storage_dir]
     if spec.mlflow_uri.startswith("sqlite:///"):
-        folders.append(Path(spec.mlflow_uri[len("sqlite:///"):]).parent)
+        folders.append(Path(spec.mlflow_uri[len("sqlite:///") :]).parent)
     fresh = [f for f in folders if not f.exists()]
     for folder in folders:
         _writable_dir(folder)
@@ -84,9 +88,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
             n_workers, backend = be.capacity, _describe(spec)
             tracker = BackgroundTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
             the_study = study.open_study(spec)
-            console.print(f"[bold]{spec.name}[/bold]: {spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
-                          f"{len(spec.seed_list)} seeds, {spec.total_timesteps} steps each, {n_workers} "
-                          f"{backend} at once", highlight=False)
+            console.print(
+                f"[bold]{spec.name}[/bold]: {spec.algo} on {spec.env.id}, {spec.n_trials} trials x "
+                f"{len(spec.seed_list)} seeds, {spec.total_timesteps} steps each, {n_workers} "
+                f"{backend} at once",
+                highlight=False,
+            )
             driver = Driver(spec, be, tracker, the_study, repair=repair)
             with LiveDisplay(console) as display:
                 driver.on_change = display
@@ -98,9 +105,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
         if progress.requeued:
             console.print(f"rerun after an interruption: trials {progress.requeued}")
         console.print(trials_table(the_study.get_trials(deepcopy=False), f"{spec.name}: best trials", limit=10))
-    console.print(f"Optuna study: {spec.optuna_url}\nMLflow: {spec.mlflow_uri} (experiment '{spec.experiment}')\n"
-                  f"Browse: rlsweep ui {spec.name}    Trials: rlsweep status {spec.name}\n"
-                  f"Safe configs: rlsweep export {spec.name}    Figures: rlsweep report {spec.name}", highlight=False)
+    console.print(
+        f"Optuna study: {spec.optuna_url}\nMLflow: {spec.mlflow_uri} (experiment '{spec.experiment}')\n"
+        f"Browse: rlsweep ui {spec.name}    Trials: rlsweep status {spec.name}\n"
+        f"Safe configs: rlsweep export {spec.name}    Figures: rlsweep report {spec.name}",
+        highlight=False,
+    )
     return progress
 
 
@@ -134,13 +144,18 @@ def failing_trials(results: Any, wanted: list[int] | None) -> list[Any]:
         elif not t.failure_class:
             problems.append(f"trial {n} is healthy on every seed: there is nothing to repair")
     if problems:
-        raise UsageError(f"rlsweep repair {results.spec.name}: " + "; ".join(problems) + ". Failing trials: "
-                         + (", ".join(str(t.number) for t in results.finished if t.failure_class) or "none"))
+        raise UsageError(
+            f"rlsweep repair {results.spec.name}: "
+            + "; ".join(problems)
+            + ". Failing trials: "
+            + (", ".join(str(t.number) for t in results.finished if t.failure_class) or "none")
+        )
     return [by_number[n] for n in wanted]
 
 
-def repair_sweep(name: str, console: Console, trials: list[int] | None = None, settings: Any = None,
-                 workers: int | None = None) -> list:
+def repair_sweep(
+    name: str, console: Console, trials: list[int] | None = None, settings: Any = None, workers: int | None = None
+) -> list:
     """``rlsweep repair NAME``: re-train the sweep's failing trials with their findings' patches,
     in the sweep's stores and on its backend. Returns the plans."""
     from sweeps import algos, backends, results, study
@@ -155,25 +170,41 @@ def repair_sweep(name: str, console: Console, trials: list[int] | None = None, s
         res = results.load(name)
         chosen = failing_trials(res, trials)
         if not chosen:
-            console.print(f"{name}: no failing trial to repair ({len(res.finished)} finished, "
-                          f"{len({t.repair_of for t in res.repaired()})} already repaired)", highlight=False)
+            console.print(
+                f"{name}: no failing trial to repair ({len(res.finished)} finished, "
+                f"{len({t.repair_of for t in res.repaired()})} already repaired)",
+                highlight=False,
+            )
             return []
         jobs = len(chosen) * len(settings.seeds or spec.seed_list)
         n_workers = max(1, min(workers or spec.workers or os.cpu_count() or 1, jobs))
-        with backends.make(spec.backend, n_workers, warm_imports=(algos.info(spec.algo).module,),
-                           storage=spec.storage_dir) as be:
+        with backends.make(
+            spec.backend, n_workers, warm_imports=(algos.info(spec.algo).module,), storage=spec.storage_dir
+        ) as be:
             tracker = BackgroundTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
             the_study = study.open_study(spec)
             driver = Driver(spec, be, tracker, the_study, repair=settings, open_trials=False)
             frozen = {t.number: t for t in the_study.get_trials(deepcopy=False)}
             for t in chosen:
                 f = frozen[t.number]
-                driver.plans.append(driver.plan_for(t.number, t.params, t.failure_class or "crashed", t.returns,
-                                                    spec.seed_list, list(f.user_attrs.get(study.PATCHES, [])),
-                                                    dict(f.params), dict(f.distributions)))
-            console.print(f"[bold]{name}[/bold]: repairing trial(s) {', '.join(str(t.number) for t in chosen)}, "
-                          f"at most {settings.max_attempts} attempt(s) each ({settings.strategy} patches), "
-                          f"{be.capacity} at once", highlight=False)
+                driver.plans.append(
+                    driver.plan_for(
+                        t.number,
+                        t.params,
+                        t.failure_class or "crashed",
+                        t.returns,
+                        spec.seed_list,
+                        list(f.user_attrs.get(study.PATCHES, [])),
+                        dict(f.params),
+                        dict(f.distributions),
+                    )
+                )
+            console.print(
+                f"[bold]{name}[/bold]: repairing trial(s) {', '.join(str(t.number) for t in chosen)}, "
+                f"at most {settings.max_attempts} attempt(s) each ({settings.strategy} patches), "
+                f"{be.capacity} at once",
+                highlight=False,
+            )
             with LiveDisplay(console) as display:
                 driver.on_change = display
                 driver.run()
@@ -181,8 +212,9 @@ def repair_sweep(name: str, console: Console, trials: list[int] | None = None, s
     return driver.plans
 
 
-def repair_config(spec_path: str, config_path: str | None, console: Console, settings: Any,
-                  workers: int | None = None) -> list:
+def repair_config(
+    spec_path: str, config_path: str | None, console: Console, settings: Any, workers: int | None = None
+) -> list:
     """``rlsweep repair --spec SWEEP.yaml --trial-config CONFIG.yaml``: train the spec's fixed
     hyperparams (with the config's over them) on the spec's seeds, classify, and repair it if it
     fails. It runs as a one-trial sweep of its own, ``NAME-repair-HASH``, so every store, tag and
@@ -206,14 +238,26 @@ def repair_config(spec_path: str, config_path: str | None, console: Console, set
         if isinstance(overlay, dict) and isinstance(overlay.get("hyperparams"), dict):
             overlay = overlay["hyperparams"]
         if not isinstance(overlay, dict):
-            raise SpecError(config_path, [Issue("", "expected a mapping of hyperparameters (or an exported config "
-                                                    "with a 'hyperparams' mapping)")])
+            raise SpecError(
+                config_path,
+                [
+                    Issue(
+                        "", "expected a mapping of hyperparameters (or an exported config with a 'hyperparams' mapping)"
+                    )
+                ],
+            )
     raw = spec.model_dump(mode="json", exclude_unset=True)
     hyperparams = dict(raw.get("hyperparams", {})) | overlay
     tag = hashlib.sha256(json.dumps(hyperparams, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    raw.update(name=f"{spec.name}-repair-{tag}", hyperparams=hyperparams, space={}, trials=1, storage={},
-               stability=raw.get("stability", {}) | {"repair": {"auto": True, "max_attempts": settings.max_attempts,
-                                                                  "confirm": settings.confirm}})
+    raw.update(
+        name=f"{spec.name}-repair-{tag}",
+        hyperparams=hyperparams,
+        space={},
+        trials=1,
+        storage={},
+        stability=raw.get("stability", {})
+        | {"repair": {"auto": True, "max_attempts": settings.max_attempts, "confirm": settings.confirm}},
+    )
     source = f"{config_path} over {spec_path}" if config_path else spec_path
     single = spec_module.from_dict(raw, source=source)
     if (single.storage_dir / "optuna.db").is_file():

@@ -9,6 +9,7 @@ A ``space`` maps hyperparameter names (nested mappings or dotted keys, e.g.
     {type: choice,     values: [64, 128, [64, 64]]}
     {type: fixed,      value: {...}}       # or any plain value
 """
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,12 @@ def _parse_dist(raw: Mapping, path: str, issues: list[Issue]) -> Dist | None:
     for key in raw:
         if key not in allowed:
             hint = did_you_mean(key, allowed)
-            issues.append(Issue(f"{path}.{key}", f"unknown key for a '{kind}' distribution; allowed: "
-                                                 f"{', '.join(sorted(allowed))}{hint}"))
+            issues.append(
+                Issue(
+                    f"{path}.{key}",
+                    f"unknown key for a '{kind}' distribution; allowed: {', '.join(sorted(allowed))}{hint}",
+                )
+            )
     if kind == "fixed":
         if "value" not in raw:
             issues.append(Issue(f"{path}.value", "a 'fixed' distribution needs 'value'"))
@@ -132,8 +137,9 @@ def _parse_range(kind: str, raw: Mapping, path: str, issues: list[Issue]) -> Dis
         issues.append(Issue(f"{path}.step", "a log 'int' distribution needs step 1"))
         return None
     if (int(high) - int(low)) % step:
-        issues.append(Issue(f"{path}.step", f"(high - low) must be a multiple of step, got "
-                                            f"(low={low}, high={high}, step={step})"))
+        issues.append(
+            Issue(f"{path}.step", f"(high - low) must be a multiple of step, got (low={low}, high={high}, step={step})")
+        )
         return None
     return Dist("int", low=int(low), high=int(high), step=step, log=log)
 

@@ -3,6 +3,7 @@
 ``load(path)`` returns a :class:`SweepSpec` or raises :class:`~sweeps.errors.SpecError` listing
 every problem with its key path. Nothing is written to disk while loading.
 """
+
 from __future__ import annotations
 
 import re
@@ -69,7 +70,7 @@ class RepairSpec(_Model):
 
     auto: bool = False
     max_attempts: int = Field(2, ge=1, le=10)
-    confirm: bool = True   # confirm a repair on fresh seeds (as many as the trial had)
+    confirm: bool = True  # confirm a repair on fresh seeds (as many as the trial had)
 
 
 class StabilitySpec(_Model):
@@ -80,7 +81,7 @@ class StabilitySpec(_Model):
     enabled: bool = True
     stop_on: list[str] = []
     stop_siblings: bool = True
-    thresholds: str | None = None   # a YAML file overriding conf/stability.yaml's defaults
+    thresholds: str | None = None  # a YAML file overriding conf/stability.yaml's defaults
     # info keys by which the env says it replaced the agent's action (None: the built-in list)
     override_keys: list[str] | None = None
     repair: RepairSpec = RepairSpec()
@@ -115,8 +116,10 @@ class BackendSpec(_Model):
     @classmethod
     def _address_ok(cls, v: str | None) -> str | None:
         if v is not None and not (v == "auto" or v.startswith("ray://") or re.match(r"^[\w.-]+:\d+$", v)):
-            raise ValueError("expected null (start a local Ray), 'auto' (the cluster this machine belongs to), "
-                             "'ray://HOST:PORT' or 'HOST:PORT'")
+            raise ValueError(
+                "expected null (start a local Ray), 'auto' (the cluster this machine belongs to), "
+                "'ray://HOST:PORT' or 'HOST:PORT'"
+            )
         return v
 
 
@@ -211,8 +214,16 @@ def load(path: str | Path) -> SweepSpec:
     try:
         size = path.stat().st_size
         if size > MAX_SPEC_BYTES:
-            raise SpecError(source, [Issue("", f"too large ({size / 1e6:.1f} MB); a sweep spec is a few KB, at most "
-                                               f"{MAX_SPEC_BYTES // 1_000_000} MB")])
+            raise SpecError(
+                source,
+                [
+                    Issue(
+                        "",
+                        f"too large ({size / 1e6:.1f} MB); a sweep spec is a few KB, at most "
+                        f"{MAX_SPEC_BYTES // 1_000_000} MB",
+                    )
+                ],
+            )
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise SpecError(source, [Issue("", "file not found")]) from None
@@ -231,8 +242,9 @@ def load(path: str | Path) -> SweepSpec:
 
 def from_dict(raw: Any, source: str = "<spec>", default_name: str | None = None) -> SweepSpec:
     if raw is None:
-        raise SpecError(source, [Issue("", "the file is empty; a sweep needs at least name, env, algo and "
-                                           "total_timesteps")])
+        raise SpecError(
+            source, [Issue("", "the file is empty; a sweep needs at least name, env, algo and total_timesteps")]
+        )
     if not isinstance(raw, dict):
         raise SpecError(source, [Issue("", f"expected a mapping of keys, got {type(raw).__name__}")])
     if default_name and "name" not in raw and _NAME.match(default_name):
@@ -280,7 +292,7 @@ def _pydantic_issue(err: Any) -> Issue:  # pydantic's ErrorDetails
         return Issue(path, one_of(got, choices))
     msg = err["msg"][0].lower() + err["msg"][1:]
     if msg.startswith("value error, "):
-        msg = msg[len("value error, "):]
+        msg = msg[len("value error, ") :]
     return Issue(path, f"{msg}, got {got!r}")
 
 
@@ -335,8 +347,12 @@ def _backend_issues(backend: BackendSpec) -> list[Issue]:
     if backend.address is not None:
         issues.append(Issue("backend.address", "applies to kind 'ray' only; set 'kind: ray' or drop it"))
     if backend.resources_per_trial.gpu > 0:
-        issues.append(Issue("backend.resources_per_trial.gpu", "GPU shares are scheduled by the ray backend; set "
-                                                               "'kind: ray' (local workers use 'device' instead)"))
+        issues.append(
+            Issue(
+                "backend.resources_per_trial.gpu",
+                "GPU shares are scheduled by the ray backend; set 'kind: ray' (local workers use 'device' instead)",
+            )
+        )
     return issues
 
 
@@ -349,8 +365,12 @@ def _preset_issues(algo: str, dist: sp.Dist, dims: dict[str, sp.Dist], allowed: 
     from sweeps import knobs
 
     if dist.kind != "choice" or not all(isinstance(v, dict) and v for v in dist.values):
-        return [Issue(f"space.{PRESET}", "expected {type: choice, values: [...]} whose values are non-empty "
-                                         "mappings of hyperparameters")]
+        return [
+            Issue(
+                f"space.{PRESET}",
+                "expected {type: choice, values: [...]} whose values are non-empty mappings of hyperparameters",
+            )
+        ]
     issues: list[Issue] = []
     for i, preset in enumerate(dist.values):
         where = f"space.{PRESET}.values.{i}"
@@ -391,6 +411,7 @@ def _candidates(dist: sp.Dist) -> list[Any]:
 def _knob_combination_issues(spec: SweepSpec, fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue]:
     """Knobs that are fine alone but not together, or not with this environment."""
     from sweeps import envs
+
     issues: list[Issue] = []
 
     def values(key: str) -> tuple[str, list[Any]] | None:
@@ -403,22 +424,38 @@ def _knob_combination_issues(spec: SweepSpec, fixed: dict[str, Any], dims: dict[
     gains = [k for k in (*fixed, *dims) if k.startswith("init_gains")]
     ortho = values("ortho_init")
     if gains and ortho and False in ortho[1]:
-        issues.append(Issue(f"{ortho[0]}.ortho_init", "init_gains set orthogonal gains, so ortho_init must stay "
-                                                      "true (drop init_gains to use SB3's other init)"))
+        issues.append(
+            Issue(
+                f"{ortho[0]}.ortho_init",
+                "init_gains set orthogonal gains, so ortho_init must stay "
+                "true (drop init_gains to use SB3's other init)",
+            )
+        )
     bounds, init = values("log_std_bounds"), values("log_std_init")
     if bounds and init and bounds[0] == "hyperparams" and init[0] == "hyperparams":
         low, high = bounds[1][0]
         if not low <= init[1][0] <= high:
-            issues.append(Issue("hyperparams.log_std_init", f"log_std_init={init[1][0]} lies outside "
-                                                            f"log_std_bounds [{low}, {high}]"))
+            issues.append(
+                Issue(
+                    "hyperparams.log_std_init", f"log_std_init={init[1][0]} lies outside log_std_bounds [{low}, {high}]"
+                )
+            )
     schedule = [k for k in (*fixed, *dims) if k.startswith("learning_rate.")]
     if schedule and not values("learning_rate.initial"):
-        issues.append(Issue(f"{'space' if schedule[0] in dims else 'hyperparams'}.learning_rate.initial",
-                            "a learning-rate schedule needs 'initial' (fixed or swept)"))
+        issues.append(
+            Issue(
+                f"{'space' if schedule[0] in dims else 'hyperparams'}.learning_rate.initial",
+                "a learning-rate schedule needs 'initial' (fixed or swept)",
+            )
+        )
     bounds_where = values("log_std_bounds")
     if bounds_where and spec.algo in ("SAC", "TQC") and spec.policy not in ("MlpPolicy", "MultiInputPolicy"):
-        issues.append(Issue(f"{bounds_where[0]}.log_std_bounds", f"for {spec.algo} it supports MlpPolicy and "
-                                                                 f"MultiInputPolicy, not {spec.policy}"))
+        issues.append(
+            Issue(
+                f"{bounds_where[0]}.log_std_bounds",
+                f"for {spec.algo} it supports MlpPolicy and MultiInputPolicy, not {spec.policy}",
+            )
+        )
     gaussian = [key for key in ("log_std_bounds", "log_std_init") if values(key)]
     if gaussian:
         problem = envs.continuous_action_problem(spec.env.model_dump())
@@ -436,8 +473,12 @@ def _check_hyperparam(algo: str, where: str, key: str, allowed: tuple[str, ...])
         extra = f"; to sweep env arguments use '{where}.{ENV_PREFIX}NAME'" if top == "env" else ""
         return [Issue(f"{where}.{top}", f"not a hyperparameter rlsweep lets you set: {MANAGED[top]}{extra}")]
     if top not in allowed:
-        return [Issue(f"{where}.{top}", f"{algo} has no hyperparameter '{top}'{did_you_mean(top, allowed)} "
-                                        f"(allowed: {', '.join(allowed)})")]
+        return [
+            Issue(
+                f"{where}.{top}",
+                f"{algo} has no hyperparameter '{top}'{did_you_mean(top, allowed)} (allowed: {', '.join(allowed)})",
+            )
+        ]
     return []
 
 
@@ -465,8 +506,9 @@ def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue
             values += [("space", v) for v in dims[key].values]
         for where, value in values:
             if isinstance(value, str) and not _is_lin(value):
-                issues.append(Issue(f"{where}.{key}", f"expected a number or 'lin_X' (linear from X to 0), "
-                                                      f"got {value!r}"))
+                issues.append(
+                    Issue(f"{where}.{key}", f"expected a number or 'lin_X' (linear from X to 0), got {value!r}")
+                )
     return issues
 
 
@@ -483,8 +525,13 @@ def _sampler_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:
     issues = []
     for name, d in dims.items():
         if d.kind in ("uniform", "loguniform") or (d.kind == "int" and d.log):
-            issues.append(Issue(f"space.{name}", f"the grid sampler needs 'choice' or linear 'int' values, "
-                                                 f"not '{d.kind}'{' (log)' if d.log else ''}"))
+            issues.append(
+                Issue(
+                    f"space.{name}",
+                    f"the grid sampler needs 'choice' or linear 'int' values, "
+                    f"not '{d.kind}'{' (log)' if d.log else ''}",
+                )
+            )
     if issues:
         return issues
     size = sp.grid_size(dims)

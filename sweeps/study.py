@@ -6,6 +6,7 @@ values as JSON), ``rlsweep.returns`` ({seed: mean return}), ``rlsweep.error`` (t
 for repairs (:mod:`sweeps.repair`) the keys below. A repair attempt is a trial of its own, added
 finished with its real params; it never counts towards ``trials``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,11 +18,11 @@ from sweeps.spec import SweepSpec
 
 OUTCOME = "rlsweep.outcome"
 VERDICT = "rlsweep.verdict"
-PATCHES = "rlsweep.patches"          # a failed trial's candidate knob patches, in repair's order
-REPAIR_OF = "rlsweep.repair_of"      # on a repair attempt: the failing trial it repairs
+PATCHES = "rlsweep.patches"  # a failed trial's candidate knob patches, in repair's order
+REPAIR_OF = "rlsweep.repair_of"  # on a repair attempt: the failing trial it repairs
 REPAIR_ATTEMPT = "rlsweep.repair_attempt"
 REPAIR_PATCH = "rlsweep.repair_patch"
-CONFIRM = "rlsweep.confirm"          # a repair's scores on fresh seeds
+CONFIRM = "rlsweep.confirm"  # a repair's scores on fresh seeds
 _FINGERPRINT = "rlsweep.fingerprint"
 # Keys that may change between runs of the same sweep without making it a different sweep.
 _MUTABLE = ("trials", "workers", "tracking")
@@ -59,8 +60,9 @@ def open_study(spec: SweepSpec) -> Any:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(spec.optuna_url)
-    study = optuna.create_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec),
-                                direction="maximize", load_if_exists=True)
+    study = optuna.create_study(
+        study_name=spec.name, storage=storage, sampler=make_sampler(spec), direction="maximize", load_if_exists=True
+    )
     mark = fingerprint(spec)
     stored = study.user_attrs.get(_FINGERPRINT)
     if stored is None:
@@ -69,7 +71,8 @@ def open_study(spec: SweepSpec) -> Any:
         raise UsageError(
             f"{spec.storage_dir} holds the sweep '{spec.name}' run from a different spec (only trials, "
             f"workers and tracking may change between runs). Give the sweep a new name, or delete "
-            f"{spec.storage_dir} to start over.")
+            f"{spec.storage_dir} to start over."
+        )
     return study
 
 
@@ -92,8 +95,11 @@ def counted(study: Any) -> list[Any]:
     from optuna.trial import TrialState
 
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [t for t in study.get_trials(deepcopy=False, states=done)
-            if t.user_attrs.get(OUTCOME) != "interrupted" and REPAIR_OF not in t.user_attrs]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=done)
+        if t.user_attrs.get(OUTCOME) != "interrupted" and REPAIR_OF not in t.user_attrs
+    ]
 
 
 def outcomes(study: Any) -> dict[int, dict[str, Any]]:
@@ -101,7 +107,10 @@ def outcomes(study: Any) -> dict[int, dict[str, Any]]:
     out = {}
     for t in study.get_trials(deepcopy=False):
         if t.state.is_finished() and REPAIR_OF not in t.user_attrs:  # repairs have runs of their own
-            out[t.number] = {"outcome": t.user_attrs.get(OUTCOME, t.state.name.lower()), "value": t.value,
-                             "returns": t.user_attrs.get("rlsweep.returns", {}),
-                             "error": t.user_attrs.get("rlsweep.error", "")}
+            out[t.number] = {
+                "outcome": t.user_attrs.get(OUTCOME, t.state.name.lower()),
+                "value": t.value,
+                "returns": t.user_attrs.get("rlsweep.returns", {}),
+                "error": t.user_attrs.get("rlsweep.error", ""),
+            }
     return out

@@ -36,6 +36,7 @@ entropy of a uniform ``MultiDiscrete([4, 4])`` policy. (In the post's own "stage
 advances, so every reward is 0; ``phase="stage2_only", phase_change_start=episode_length`` reproduces that.)
 Episodes end with ``terminated=True`` after ``episode_length`` steps, like the post's ``done``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -59,9 +60,17 @@ PHASES: dict[str, dict[str, frozenset[str]]] = {
 }
 
 
-def pred_next_state(temps: np.ndarray, action: Sequence[int] | np.ndarray, rng: np.random.Generator, *,
-                    equilibrium: np.ndarray = EQUILIBRIUM, relax: float = 0.2, gain: float = 2.0,
-                    coupling: float = 0.05, noise_std: float = 0.1) -> np.ndarray:
+def pred_next_state(
+    temps: np.ndarray,
+    action: Sequence[int] | np.ndarray,
+    rng: np.random.Generator,
+    *,
+    equilibrium: np.ndarray = EQUILIBRIUM,
+    relax: float = 0.2,
+    gain: float = 2.0,
+    coupling: float = 0.05,
+    noise_std: float = 0.1,
+) -> np.ndarray:
     """One hour of a first-order thermal model; temperatures in degC, all rates per step (hour).
 
     ``T'_i = T_i + relax * (E_i - T_i) + gain * u_i + coupling * sum_{j in {i-1, i+1}} (T_j - T_i) + eps_i``,
@@ -82,8 +91,12 @@ def pred_next_state(temps: np.ndarray, action: Sequence[int] | np.ndarray, rng: 
     return np.clip(t + relax * (equilibrium - t) + gain * heat + coupling * exchange + noise, T_MIN, T_MAX)
 
 
-def compute_zone_reward(temps: np.ndarray, target_band: tuple[float, float] = (1240.0, 1260.0),
-                        zones: Sequence[int] | None = None, falloff: float = 10.0) -> float:
+def compute_zone_reward(
+    temps: np.ndarray,
+    target_band: tuple[float, float] = (1240.0, 1260.0),
+    zones: Sequence[int] | None = None,
+    falloff: float = 10.0,
+) -> float:
     """How many of ``zones`` (0-based; all when None) lie inside ``target_band`` = (low, high), in degC.
 
     ``r = sum_i max(0, 1 - d_i / falloff)`` with ``d_i`` the distance (degC) of zone ``i`` from the band (0
@@ -106,13 +119,26 @@ class TempControlSeqEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, phase: str = "pretrain", *, episode_length: int = 24, history: int = 5,
-                 phase_change_start: int = 8, phase_change_steps: int = 4,
-                 target_band: tuple[float, float] = (1240.0, 1260.0), reward_zones: Sequence[int] = (1, 5),
-                 falloff: float = 10.0, noise_std: float = 0.1, init_spread: float = 3.0) -> None:
-        for name, value, least in (("episode_length", episode_length, 1), ("history", history, 1),
-                                   ("phase_change_start", phase_change_start, 0),
-                                   ("phase_change_steps", phase_change_steps, 0)):
+    def __init__(
+        self,
+        phase: str = "pretrain",
+        *,
+        episode_length: int = 24,
+        history: int = 5,
+        phase_change_start: int = 8,
+        phase_change_steps: int = 4,
+        target_band: tuple[float, float] = (1240.0, 1260.0),
+        reward_zones: Sequence[int] = (1, 5),
+        falloff: float = 10.0,
+        noise_std: float = 0.1,
+        init_spread: float = 3.0,
+    ) -> None:
+        for name, value, least in (
+            ("episode_length", episode_length, 1),
+            ("history", history, 1),
+            ("phase_change_start", phase_change_start, 0),
+            ("phase_change_steps", phase_change_steps, 0),
+        ):
             if int(value) != value or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         if not target_band[0] <= target_band[1]:
@@ -128,7 +154,8 @@ class TempControlSeqEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.noise_std, self.init_spread = float(noise_std), float(init_spread)
         self.set_phase(phase)
         self.observation_space = spaces.Dict(
-            {"obs": spaces.Box(T_MIN, T_MAX, shape=(self.history, N_ZONES), dtype=np.float32)})
+            {"obs": spaces.Box(T_MIN, T_MAX, shape=(self.history, N_ZONES), dtype=np.float32)}
+        )
         self.action_space = spaces.MultiDiscrete([4, 4])
         self._t = 0
         self._temps = EQUILIBRIUM.copy()
@@ -149,14 +176,17 @@ class TempControlSeqEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def stage_plan(self) -> list[tuple[str, bool, bool]]:
         """``(stage, overridden, rewarded)`` for every step of an episode in the current phase."""
         rules = PHASES[self.phase]
-        return [(s, s in rules["overridden"], s in rules["rewarded"])
-                for s in map(self.stage_at, range(self.episode_length))]
+        return [
+            (s, s in rules["overridden"], s in rules["rewarded"])
+            for s in map(self.stage_at, range(self.episode_length))
+        ]
 
     def _obs(self) -> dict[str, np.ndarray]:
         return {"obs": np.clip(self._readings, T_MIN, T_MAX).astype(np.float32)}
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Start at equilibrium plus uniform jitter of +-``init_spread`` degC, the history filled with it."""
         super().reset(seed=seed)
         self._t = 0
@@ -165,8 +195,9 @@ class TempControlSeqEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self._readings = np.tile(self._temps, (self.history, 1))
         return self._obs(), {"stage": self.stage_at(0)}
 
-    def step(self, action: Sequence[int] | np.ndarray
-             ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+    def step(
+        self, action: Sequence[int] | np.ndarray
+    ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         if self._t >= self.episode_length:
             raise RuntimeError("the episode is over; call reset()")
         chosen = np.asarray(action)
@@ -177,8 +208,9 @@ class TempControlSeqEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         applied = np.zeros(2, dtype=np.int64) if overridden else chosen.astype(np.int64)
         self._temps = pred_next_state(self._temps, applied, self.np_random, noise_std=self.noise_std)
         self._readings = np.vstack([self._readings[1:], self._temps])
-        reward = compute_zone_reward(self._temps, self.target_band, self.reward_zones, self.falloff) \
-            if rewarded else 0.0
+        reward = (
+            compute_zone_reward(self._temps, self.target_band, self.reward_zones, self.falloff) if rewarded else 0.0
+        )
         self._t += 1
         info = {"stage": stage, "overridden": overridden, "applied_action": applied, "rewarded": rewarded}
         return self._obs(), reward, self._t >= self.episode_length, False, info

@@ -3,6 +3,7 @@
 Metrics are buffered per run and sent with ``log_batch`` (about 15x faster than one call per
 point). With a SQLite or file store, artifacts go under ``results/`` rather than ``./mlruns``.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ class MlflowTracker:
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             location = artifact_dir.resolve().as_uri() if _local_store(uri) else None
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
-                                                               tags={TAG_SWEEP: sweep, **_KIND})
+            self.experiment_id = self.client.create_experiment(
+                experiment, artifact_location=location, tags={TAG_SWEEP: sweep, **_KIND}
+            )
         else:
             self.experiment_id = found.experiment_id
             if found.lifecycle_stage == "deleted":  # deleted in the UI, then the sweep rerun: bring it back
@@ -52,8 +54,14 @@ class MlflowTracker:
         self._last_flush = time.monotonic()
 
     # --- runs -----------------------------------------------------------------------------
-    def start_trial(self, trial: int | None, params: dict[str, Any], resolved_spec: dict[str, Any],
-                    name: str | None = None, tags: dict[str, str] | None = None) -> str:
+    def start_trial(
+        self,
+        trial: int | None,
+        params: dict[str, Any],
+        resolved_spec: dict[str, Any],
+        name: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> str:
         """A trial's parent run. ``trial=None`` (a repair attempt) has no ``rlsweep.trial`` tag: it is
         not one of the study's sampled trials, so resuming never closes it as one."""
         base = {TAG_SWEEP: self.sweep} | ({TAG_TRIAL: str(trial)} if trial is not None else {})
@@ -63,12 +71,21 @@ class MlflowTracker:
         self.client.log_dict(run_id, resolved_spec, "spec.resolved.json")
         return run_id
 
-    def start_seed(self, trial: int | None, seed: int, parent_id: str, params: dict[str, Any],
-                   name: str | None = None, tags: dict[str, str] | None = None) -> str:
+    def start_seed(
+        self,
+        trial: int | None,
+        seed: int,
+        parent_id: str,
+        params: dict[str, Any],
+        name: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> str:
         base = {TAG_SWEEP: self.sweep, TAG_SEED: str(seed), "mlflow.parentRunId": parent_id} | (
-            {TAG_TRIAL: str(trial)} if trial is not None else {})
-        run = self.client.create_run(self.experiment_id, run_name=name or f"trial-{trial}-seed-{seed}",
-                                     tags=base | (tags or {}))
+            {TAG_TRIAL: str(trial)} if trial is not None else {}
+        )
+        run = self.client.create_run(
+            self.experiment_id, run_name=name or f"trial-{trial}-seed-{seed}", tags=base | (tags or {})
+        )
         run_id = run.info.run_id
         self._log_params(run_id, {**params, "seed": seed})
         return run_id
@@ -80,10 +97,13 @@ class MlflowTracker:
 
     def find_trial_run(self, trial: int) -> str | None:
         """The parent run of a sampled trial of this sweep, or None."""
-        runs = self.client.search_runs([self.experiment_id], max_results=1,
-                                       filter_string=f"tags.`{TAG_SWEEP}` = '{self.sweep}' and "
-                                                     f"tags.`{TAG_TRIAL}` = '{trial}' and "
-                                                     f"attributes.run_name = 'trial-{trial}'")
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            max_results=1,
+            filter_string=f"tags.`{TAG_SWEEP}` = '{self.sweep}' and "
+            f"tags.`{TAG_TRIAL}` = '{trial}' and "
+            f"attributes.run_name = 'trial-{trial}'",
+        )
         return runs[0].info.run_id if runs else None
 
     def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
@@ -91,9 +111,15 @@ class MlflowTracker:
 
         self.client.log_batch(run_id, params=[Param(k[:250], _param_value(v)) for k, v in params.items()])
 
-    def end_run(self, run_id: str, status: str, metrics: dict[str, float] | None = None,
-                tags: dict[str, str] | None = None, texts: dict[str, str] | None = None,
-                files: dict[str, bytes] | None = None) -> None:
+    def end_run(
+        self,
+        run_id: str,
+        status: str,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, str] | None = None,
+        texts: dict[str, str] | None = None,
+        files: dict[str, bytes] | None = None,
+    ) -> None:
         """Flush ``run_id``'s curves, log final values, tags and artifacts (``texts``/``files``:
         artifact path -> content), and close it as FINISHED/FAILED/KILLED."""
         from mlflow.entities import RunTag
@@ -122,8 +148,9 @@ class MlflowTracker:
         """
         from mlflow.entities import Metric, RunTag
 
-        runs = self.client.search_runs([self.experiment_id], filter_string="attributes.status = 'RUNNING'",
-                                       max_results=5000)
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=5000
+        )
         now = int(time.time() * 1000)
         for run in runs:
             tags = run.data.tags
@@ -171,7 +198,7 @@ class MlflowTracker:
     def _flush_run(self, run_id: str, tags: list | None = None) -> None:
         buffer = self._buffers.pop(run_id, [])
         for start in range(0, len(buffer), _BATCH):
-            self.client.log_batch(run_id, metrics=buffer[start:start + _BATCH])
+            self.client.log_batch(run_id, metrics=buffer[start : start + _BATCH])
         if tags:
             self.client.log_batch(run_id, tags=tags)
 

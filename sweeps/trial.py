@@ -3,6 +3,7 @@
 Read top to bottom, :func:`run` is the whole life of a trial seed. It talks to the outside
 only through ``reporter`` (metrics while training) and its return value (the evaluation).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,11 +46,11 @@ class TrialResult:
     timesteps: int
     train_seconds: float
     eval_seconds: float
-    verdict: dict[str, Any] | None = None     # stability.Verdict.to_dict()
-    stopped_by: str | None = None              # the failure class that ended training early
+    verdict: dict[str, Any] | None = None  # stability.Verdict.to_dict()
+    stopped_by: str | None = None  # the failure class that ended training early
     context: dict[str, Any] = field(default_factory=dict)
     plot_png: bytes | None = None
-    extra: dict[str, Any] = field(default_factory=dict)        # where it ran: {"device", "cuda_visible_devices"}
+    extra: dict[str, Any] = field(default_factory=dict)  # where it ran: {"device", "cuda_visible_devices"}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,10 +84,10 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     algo_class = algos.load_class(config.algo)
     built = knobs.build(algo_class, config.policy, config.hyperparams)
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
-    model = built.algo_class(built.policy, env, seed=config.seed, device=device, verbose=0,
-                             **built.algo_kwargs)
-    model.set_logger(_logger_to(reporter, train_lags=algos.info(config.algo).on_policy,
-                                min_gap=config.total_timesteps // MAX_POINTS))
+    model = built.algo_class(built.policy, env, seed=config.seed, device=device, verbose=0, **built.algo_kwargs)
+    model.set_logger(
+        _logger_to(reporter, train_lags=algos.info(config.algo).on_policy, min_gap=config.total_timesteps // MAX_POINTS)
+    )
     watch = _stability_callback(config, built.max_grad_norm)
 
     started = time.perf_counter()
@@ -110,10 +111,18 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     returns = evaluate(model, config, lambda venv: knobs.wrap_eval_env(venv, built, env))
     eval_seconds = time.perf_counter() - started
     env.close()
-    return TrialResult(mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
-                       episode_returns=[float(r) for r in returns], timesteps=int(model.num_timesteps),
-                       train_seconds=train_seconds, eval_seconds=eval_seconds, verdict=_verdict(watch),
-                       context=watch.history.context, plot_png=_plot(watch, config), extra=_placement(device))
+    return TrialResult(
+        mean_return=float(np.mean(returns)),
+        std_return=float(np.std(returns)),
+        episode_returns=[float(r) for r in returns],
+        timesteps=int(model.num_timesteps),
+        train_seconds=train_seconds,
+        eval_seconds=eval_seconds,
+        verdict=_verdict(watch),
+        context=watch.history.context,
+        plot_png=_plot(watch, config),
+        extra=_placement(device),
+    )
 
 
 def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any:
@@ -124,16 +133,26 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any
     thresholds = Thresholds(settings.get("thresholds") or {}, source="spec stability.thresholds")
     stop_on = settings.get("stop_on", ()) if settings.get("enabled", True) else ()
     keys = settings.get("override_keys")
-    return StabilityCallback(thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm,
-                             **({"override_keys": keys} if keys else {}))
+    return StabilityCallback(
+        thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm, **({"override_keys": keys} if keys else {})
+    )
 
 
 def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float, device: str) -> TrialResult:
     """A seed ended by its verdict: no evaluation, no score."""
-    return TrialResult(mean_return=float("nan"), std_return=float("nan"), episode_returns=[],
-                       timesteps=int(model.num_timesteps), train_seconds=train_seconds, eval_seconds=0.0,
-                       verdict=_verdict(watch), stopped_by=watch.stopped_by or watch.verdict.verdict,
-                       context=watch.history.context, plot_png=_plot(watch, config), extra=_placement(device))
+    return TrialResult(
+        mean_return=float("nan"),
+        std_return=float("nan"),
+        episode_returns=[],
+        timesteps=int(model.num_timesteps),
+        train_seconds=train_seconds,
+        eval_seconds=0.0,
+        verdict=_verdict(watch),
+        stopped_by=watch.stopped_by or watch.verdict.verdict,
+        context=watch.history.context,
+        plot_png=_plot(watch, config),
+        extra=_placement(device),
+    )
 
 
 def _placement(device: str) -> dict[str, str]:
@@ -159,8 +178,12 @@ def _plot(watch: Any, config: TrialConfig) -> bytes | None:
     from stability.plot import plot_signals
 
     with tempfile.TemporaryDirectory() as folder:
-        path = plot_signals(watch.history, watch.verdict, Path(folder) / "signals.png",
-                            title=f"{config.sweep} trial {config.trial} seed {config.seed}")
+        path = plot_signals(
+            watch.history,
+            watch.verdict,
+            Path(folder) / "signals.png",
+            title=f"{config.sweep} trial {config.trial} seed {config.seed}",
+        )
         return path.read_bytes()
 
 
@@ -175,8 +198,13 @@ def evaluate(model: Any, config: TrialConfig, wrap: Any = None) -> list[float]:
     if wrap is not None:
         eval_env = wrap(eval_env)
     try:
-        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=config.eval_episodes,
-                                     deterministic=config.deterministic, return_episode_rewards=True)
+        returns, _ = evaluate_policy(
+            model,
+            eval_env,
+            n_eval_episodes=config.eval_episodes,
+            deterministic=config.deterministic,
+            return_episode_rewards=True,
+        )
     finally:
         eval_env.close()
     return list(returns) if isinstance(returns, list) else [float(returns)]
@@ -192,8 +220,8 @@ def _logger_to(reporter: Reporter, train_lags: bool = True, min_gap: int = 0) ->
     from stable_baselines3.common.logger import KVWriter, Logger
 
     class ReporterWriter(KVWriter):
-        """Receives every SB3 dump. On-policy, ``train/*`` and ``stability/*`` values in a dump belong to the update that
-        ran right after the previous dump (SB3 dumps before ``train()``), so they get that dump's
+        """Receives every SB3 dump. On-policy, ``train/*`` and ``stability/*`` values in a dump belong
+        to the update that ran right after the previous dump (SB3 dumps before ``train()``), so they get that dump's
         step. Off-policy, the latest ``train()`` ran just before the dump: they get its own step."""
 
         def __init__(self) -> None:

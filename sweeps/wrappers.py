@@ -1,4 +1,5 @@
 """Vectorised-env wrappers the knobs use (imports stable-baselines3: load lazily)."""
+
 from __future__ import annotations
 
 from typing import Any

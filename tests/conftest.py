@@ -32,7 +32,13 @@ def cli(workdir: Path):
     """Run ``rlsweep ARGS`` as a real subprocess in ``workdir``."""
 
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=workdir, env=subprocess_env(),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "sweeps", *args],
+            cwd=workdir,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     return run

@@ -1,4 +1,5 @@
 """Small environments and spec builders for the test suite (entry points name this module)."""
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,9 @@ def faulty_cartpole(fail_at_step: int | None = None, how: str = "raise", once_ma
     return faulty_env("CartPole-v1", fail_at_step, how, once_marker)
 
 
-def faulty_env(env_id: str, fail_at_step: int | None = None, how: str = "raise",
-               once_marker: str | None = None) -> gym.Env:
+def faulty_env(
+    env_id: str, fail_at_step: int | None = None, how: str = "raise", once_marker: str | None = None
+) -> gym.Env:
     return _Faulty(gym.make(env_id), fail_at_step, how, once_marker)
 
 
@@ -136,8 +138,14 @@ def ui_server(cwd: Path, name: str) -> Iterator[UiServer]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         server = UiServer(s.getsockname()[1])
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", name, "--port", str(server.port)], cwd=cwd,
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps", "ui", name, "--port", str(server.port)],
+        cwd=cwd,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = f"{server.base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={name}"
         deadline = time.monotonic() + 90
@@ -155,8 +163,14 @@ def ui_server(cwd: Path, name: str) -> Iterator[UiServer]:
 
 def rlsweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """``rlsweep ARGS`` as a real subprocess in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        cwd=cwd,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def stores(cwd: Path, name: str):

@@ -1,4 +1,5 @@
 """The algorithm registry reads constructor arguments from source; they must match the real classes."""
+
 from __future__ import annotations
 
 import inspect
@@ -14,17 +15,27 @@ from sweeps import algos
 def test_source_reading_matches_the_imported_class(name: str) -> None:
     cls = algos.load_class(name)
     sig = inspect.signature(cls.__init__)
-    real = tuple(p for p in sig.parameters if p not in ("self", *algos.MANAGED)
-                 and sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD)
+    real = tuple(
+        p
+        for p in sig.parameters
+        if p not in ("self", *algos.MANAGED) and sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD
+    )
     assert algos.constructor_params(name) == real
     assert algos.policy_names(name) == tuple(cls.policy_aliases)
 
 
 def test_validating_a_spec_imports_no_torch_or_mlflow() -> None:
-    code = ("import sys; from sweeps import spec; spec.load('conf/sweeps/quickstart.yaml'); "
-            "print(sorted(m for m in ('torch', 'mlflow', 'stable_baselines3', 'optuna') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    code = (
+        "import sys; from sweeps import spec; spec.load('conf/sweeps/quickstart.yaml'); "
+        "print(sorted(m for m in ('torch', 'mlflow', 'stable_baselines3', 'optuna') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+    )
     assert out.stdout.strip() == "[]"
 
 

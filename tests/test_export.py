@@ -1,4 +1,5 @@
 """`rlsweep export` on a real sweep with known failures: safe configs only, loadable in SB3 and rl-zoo3."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,19 +18,40 @@ pytestmark = pytest.mark.slow
 # rewards dies (nan_scale) on every seed; 7e-4 with raw rewards leaves the critic stuck; 7e-4 with
 # reward normalisation is healthy.
 SPEC = {
-    "name": "known", "env": {"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1}, "algo": "A2C",
-    "total_timesteps": 6000, "hyperparams": {"n_steps": 5, "max_grad_norm": "off"},
-    "space": {"learning_rate": {"type": "choice", "values": [0.1, 7.0e-4]},
-              "normalize.reward": {"type": "choice", "values": [False, True]}},
-    "seeds": 2, "sampler": {"kind": "grid"}, "objective": {"eval_episodes": 2},
+    "name": "known",
+    "env": {"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1},
+    "algo": "A2C",
+    "total_timesteps": 6000,
+    "hyperparams": {"n_steps": 5, "max_grad_norm": "off"},
+    "space": {
+        "learning_rate": {"type": "choice", "values": [0.1, 7.0e-4]},
+        "normalize.reward": {"type": "choice", "values": [False, True]},
+    },
+    "seeds": 2,
+    "sampler": {"kind": "grid"},
+    "objective": {"eval_episodes": 2},
 }
 ZOO_SPEC = {
-    "name": "zoo_export", "env": {"id": "Pendulum-v1", "n_envs": 2}, "algo": "PPO", "total_timesteps": 2048,
-    "hyperparams": {"n_steps": 128, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [16]},
-                    "optimizer": "adamw", "weight_decay": 1e-4, "clip_range": "lin_0.2", "reward_scale": 0.5,
-                    "log_std_bounds": [-5, 2], "normalize": {"obs": True}},
+    "name": "zoo_export",
+    "env": {"id": "Pendulum-v1", "n_envs": 2},
+    "algo": "PPO",
+    "total_timesteps": 2048,
+    "hyperparams": {
+        "n_steps": 128,
+        "batch_size": 64,
+        "n_epochs": 2,
+        "policy_kwargs": {"net_arch": [16]},
+        "optimizer": "adamw",
+        "weight_decay": 1e-4,
+        "clip_range": "lin_0.2",
+        "reward_scale": 0.5,
+        "log_std_bounds": [-5, 2],
+        "normalize": {"obs": True},
+    },
     "space": {"learning_rate": {"type": "choice", "values": ["lin_1e-3", 3.0e-4]}},
-    "seeds": 2, "sampler": {"kind": "grid"}, "objective": {"eval_episodes": 2},
+    "seeds": 2,
+    "sampler": {"kind": "grid"},
+    "objective": {"eval_episodes": 2},
 }
 
 
@@ -56,7 +78,9 @@ def test_failing_configs_are_never_exported(swept: Path) -> None:
     doc = yaml.safe_load((swept / "results" / "known" / "safe_configs.yaml").read_text())
     study = optuna.load_study(study_name="known", storage=f"sqlite:///{swept}/results/known/optuna.db")
     by_number = {t.number: t for t in study.get_trials()}
-    doomed = [t for t in by_number.values() if t.params["learning_rate"] == 0.1 and t.params["normalize.reward"] is False]
+    doomed = [
+        t for t in by_number.values() if t.params["learning_rate"] == 0.1 and t.params["normalize.reward"] is False
+    ]
     assert doomed and all(t.user_attrs["rlsweep.verdict"] == "nan_scale" for t in doomed)
     exported = [c["trial"] for c in doc["configs"]]
     assert exported, "the fixed configs are healthy and must be exported"
@@ -139,9 +163,30 @@ def test_zoo_format_trains_in_rl_zoo3_unchanged(zoo_swept: Path) -> None:
     assert zoo["policy_kwargs"].startswith("dict(") and "th.optim.AdamW" in zoo["policy_kwargs"]
     assert "log_std_bounds=[-5.0, 2.0]" in zoo["policy_kwargs"]
     assert zoo["policy"] == "sweeps.policies.BoundedActorCriticPolicy" and zoo["clip_range"] == "lin_0.2"
-    train = subprocess.run([sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", "Pendulum-v1",
-                            "-conf", "ppo.yml", "-n", "512", "-f", str(tmp_path / "logs"), "--seed", "0"],
-                           cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    train = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_zoo3.train",
+            "--algo",
+            "ppo",
+            "--env",
+            "Pendulum-v1",
+            "-conf",
+            "ppo.yml",
+            "-n",
+            "512",
+            "-f",
+            str(tmp_path / "logs"),
+            "--seed",
+            "0",
+        ],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
     assert "Saving to" in train.stdout
     assert list((tmp_path / "logs" / "ppo").glob("Pendulum-v1_*/Pendulum-v1.zip"))
@@ -181,15 +226,17 @@ def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path
 
     with ui_server(swept, "known") as server:
         base, experiment = server.base, server.experiment["experiment_id"]
-        query = json.dumps({"experiment_ids": [experiment], "max_results": 1000,
-                            "filter": "tags.\"stability.verdict\" = 'nan_scale'"}).encode()
-        request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=query,
-                                         headers={"Content-Type": "application/json"})
+        query = json.dumps(
+            {"experiment_ids": [experiment], "max_results": 1000, "filter": "tags.\"stability.verdict\" = 'nan_scale'"}
+        ).encode()
+        request = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search", data=query, headers={"Content-Type": "application/json"}
+        )
         runs = json.load(urllib.request.urlopen(request, timeout=30))["runs"]
         tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in runs]
         # the doomed trial's seed that crashed into nan_scale (its sibling is then cancelled)...
         assert sum("rlsweep.seed" in t for t in tags) >= 1
-        assert any("rlsweep.seed" not in t for t in tags)   # ...and their trials' parent runs
+        assert any("rlsweep.seed" not in t for t in tags)  # ...and their trials' parent runs
         assert all(t["stability.verdict"] == "nan_scale" for t in tags)
 
         browser = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -199,13 +246,26 @@ def test_ui_lists_runs_searchable_by_verdict_and_renders_in_chromium(swept: Path
         shots = Path(__file__).resolve().parents[1] / "results" / "browse"
         shots.mkdir(parents=True, exist_ok=True)
         page = f"{base}/#/experiments/{experiment}/runs"
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-extensions", "--window-size=1500,1000",
-                 "--virtual-time-budget=30000", f"--user-data-dir={swept / 'chromium-profile'}"]
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-extensions",
+            "--window-size=1500,1000",
+            "--virtual-time-budget=30000",
+            f"--user-data-dir={swept / 'chromium-profile'}",
+        ]
         dom = subprocess.run([browser, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=180)
         assert dom.returncode == 0, dom.stderr[-2000:]
         assert "trial-0" in dom.stdout and "trial-3" in dom.stdout, "the experiment page lists no runs"
-        shot = subprocess.run([browser, *flags, f"--screenshot={shots / 'mlflow_experiment.png'}", page],
-                              capture_output=True, text=True, timeout=180)
+        shot = subprocess.run(
+            [browser, *flags, f"--screenshot={shots / 'mlflow_experiment.png'}", page],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert shot.returncode == 0, shot.stderr[-2000:]
         assert (shots / "mlflow_experiment.png").stat().st_size > 20_000

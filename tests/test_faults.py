@@ -1,6 +1,7 @@
 """Faults injected for real: a driver killed with SIGKILL (local and Ray), many workers writing at
 once, a results folder that cannot be written. Every test checks Optuna and MLflow agree and that
 nothing finished was lost or repeated."""
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,13 @@ def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
     and return the numbers of the trials that had finished. Asserts nothing of it survives."""
     name = yaml.safe_load((cwd / spec).read_text())["name"]
     ours = set(descendants())  # this test process's own helpers (e.g. multiprocessing's resource tracker)
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "run", spec, *args], cwd=cwd, env=subprocess_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps", "run", spec, *args],
+        cwd=cwd,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     db = cwd / "results" / name / "optuna.db"
     states = wait_for_states(db, lambda s: "COMPLETE" in s and "RUNNING" in s)
     assert "COMPLETE" in states and "RUNNING" in states, states
@@ -51,6 +57,7 @@ def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
         assert "dashboard.py" not in command or "--host=127.0.0.1" in command, command
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+
     def left() -> dict[int, str]:
         return {pid: cmd for pid, cmd in descendants().items() if pid not in ours}
 
@@ -90,18 +97,26 @@ def test_driver_killed_mid_sweep_resumes_without_losing_or_repeating(backend: st
     for run in parents:
         by_status[run.info.status] = by_status.get(run.info.status, 0) + 1
     # the interrupted trial's runs are KILLED (absent if the kill came before the driver created them)
-    assert by_status.get("FINISHED") == 3 and by_status.get("KILLED", 0) <= 1 and set(by_status) <= {
-        "FINISHED", "KILLED"}
-    assert sorted(int(r.data.tags["rlsweep.trial"]) for r in parents if r.info.status == "FINISHED") == \
-        sorted(t.number for t in complete)  # MLflow and Optuna agree, trial by trial
+    assert (
+        by_status.get("FINISHED") == 3 and by_status.get("KILLED", 0) <= 1 and set(by_status) <= {"FINISHED", "KILLED"}
+    )
+    assert sorted(int(r.data.tags["rlsweep.trial"]) for r in parents if r.info.status == "FINISHED") == sorted(
+        t.number for t in complete
+    )  # MLflow and Optuna agree, trial by trial
     assert sum(c.info.status == "FINISHED" for c in children) == 3
     assert all(r.info.status != "RUNNING" for r in parents + children)
 
 
 def test_four_workers_forty_trials_lose_and_repeat_nothing(tmp_path: Path) -> None:
-    data = tiny_spec("crowd", total_timesteps=128, seeds=1, trials=40, objective={"eval_episodes": 1},
-                     hyperparams={"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [4]}},
-                     stability={"enabled": False})
+    data = tiny_spec(
+        "crowd",
+        total_timesteps=128,
+        seeds=1,
+        trials=40,
+        objective={"eval_episodes": 1},
+        hyperparams={"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [4]}},
+        stability={"enabled": False},
+    )
     (tmp_path / "crowd.yaml").write_text(yaml.safe_dump(data))
     result = rlsweep(tmp_path, "run", "crowd.yaml", "--workers", "4")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -129,9 +144,15 @@ def test_unwritable_results_refused_before_any_trial(fault: str, tmp_path: Path)
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(tiny_spec("nowhere")))
     if fault == "results is a file":
         (tmp_path / "results").write_text("not a folder")
-    result = subprocess.run([sys.executable, "-m", "sweeps", "run", "s.yaml"], cwd=tmp_path, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=120,
-                            preexec_fn=_limit_file_size if fault == "disk full" else None)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "run", "s.yaml"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size if fault == "disk full" else None,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert "cannot write to results" in result.stderr
@@ -142,9 +163,16 @@ def test_unwritable_results_refused_before_any_trial(fault: str, tmp_path: Path)
 def test_the_code_loads_no_pickle_and_evaluates_no_text() -> None:
     """Security rules the docs state, kept by a scan of the sources: YAML only through the safe
     loader, no pickle or torch.load of anything, no eval/exec, no shell."""
-    banned = {r"\bpickle\.loads?\(": "pickle", r"\btorch\.load\(": "torch.load", r"\beval\(": "eval",
-              r"\bexec\(": "exec", r"shell=True": "a shell", r"yaml\.load\((?![^)]*Loader=_Loader)": "yaml.load",
-              r"yaml\.unsafe_load|yaml\.full_load": "unsafe YAML", r"cloudpickle\.loads?\(": "cloudpickle"}
+    banned = {
+        r"\bpickle\.loads?\(": "pickle",
+        r"\btorch\.load\(": "torch.load",
+        r"\beval\(": "eval",
+        r"\bexec\(": "exec",
+        r"shell=True": "a shell",
+        r"yaml\.load\((?![^)]*Loader=_Loader)": "yaml.load",
+        r"yaml\.unsafe_load|yaml\.full_load": "unsafe YAML",
+        r"cloudpickle\.loads?\(": "cloudpickle",
+    }
     found = []
     for path in [*REPO.glob("sweeps/**/*.py"), *REPO.glob("stability/**/*.py")]:
         for number, line in enumerate(path.read_text().splitlines(), 1):

@@ -4,6 +4,7 @@ Property-based (hypothesis): specs built from the real keys with wrong, odd and 
 keys, and YAML text edge cases. A few go through the CLI too: exit code 2, one message naming the file,
 nothing written.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -19,25 +20,99 @@ from sweeps import spec as spec_module
 from sweeps.errors import SpecError
 from tests.helpers import subprocess_env, tiny_spec
 
-KEYS = ["name", "env", "algo", "policy", "total_timesteps", "hyperparams", "space", "seeds", "trials", "workers",
-        "sampler", "objective", "storage", "tracking", "stability"]
-HYPER = ["learning_rate", "n_steps", "batch_size", "gamma", "clip_range", "ent_coef", "max_grad_norm",
-         "log_std_bounds", "weight_decay", "optimizer", "init_gains", "normalize", "reward_scale", "ortho_init",
-         "log_std_init", "policy_kwargs", "preset", "env.kwargs.phase"]
+KEYS = [
+    "name",
+    "env",
+    "algo",
+    "policy",
+    "total_timesteps",
+    "hyperparams",
+    "space",
+    "seeds",
+    "trials",
+    "workers",
+    "sampler",
+    "objective",
+    "storage",
+    "tracking",
+    "stability",
+]
+HYPER = [
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "gamma",
+    "clip_range",
+    "ent_coef",
+    "max_grad_norm",
+    "log_std_bounds",
+    "weight_decay",
+    "optimizer",
+    "init_gains",
+    "normalize",
+    "reward_scale",
+    "ortho_init",
+    "log_std_init",
+    "policy_kwargs",
+    "preset",
+    "env.kwargs.phase",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-10**30, max_value=10**30),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
-    st.sampled_from(["3e5", "1e-3", "off", "lin_3e-4", "lin_x", "PPO", "CartPole-v1", "tpe", "grid", ".nan", "~",
-                     "nan_scale", "MlpPolicy", "relu", "adamw", "sweeps.temp_control:make_temp_control",
-                     "os:system", "../../etc/passwd", "x" * 300]))
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.sampled_from(HYPER + KEYS + ["type", "low", "high",
-                                                                                          "values", "kind", "id"]),
-                                                          st.text(max_size=8)), inner, max_size=4)), max_leaves=12)
-dists = st.fixed_dictionaries({"type": st.sampled_from(["uniform", "loguniform", "int", "choice", "fixed", "normal"])},
-                              optional={"low": scalars, "high": scalars, "values": st.lists(values, max_size=4),
-                                        "value": values, "log": scalars, "step": scalars})
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "3e5",
+            "1e-3",
+            "off",
+            "lin_3e-4",
+            "lin_x",
+            "PPO",
+            "CartPole-v1",
+            "tpe",
+            "grid",
+            ".nan",
+            "~",
+            "nan_scale",
+            "MlpPolicy",
+            "relu",
+            "adamw",
+            "sweeps.temp_control:make_temp_control",
+            "os:system",
+            "../../etc/passwd",
+            "x" * 300,
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.one_of(
+                st.sampled_from(HYPER + KEYS + ["type", "low", "high", "values", "kind", "id"]), st.text(max_size=8)
+            ),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)
+dists = st.fixed_dictionaries(
+    {"type": st.sampled_from(["uniform", "loguniform", "int", "choice", "fixed", "normal"])},
+    optional={
+        "low": scalars,
+        "high": scalars,
+        "values": st.lists(values, max_size=4),
+        "value": values,
+        "log": scalars,
+        "step": scalars,
+    },
+)
 
 
 @st.composite
@@ -61,9 +136,25 @@ def specs(draw: st.DrawFn) -> dict:
         else:
             section = draw(st.sampled_from(["env", "sampler", "objective", "stability", "tracking"]))
             if isinstance(data.get(section), dict):
-                data[section][draw(st.sampled_from(["id", "n_envs", "kwargs", "kind", "seed", "eval_episodes",
-                                                     "aggregate", "stop_on", "thresholds", "wrappers", "x"]))] = \
-                    draw(values)
+                data[section][
+                    draw(
+                        st.sampled_from(
+                            [
+                                "id",
+                                "n_envs",
+                                "kwargs",
+                                "kind",
+                                "seed",
+                                "eval_episodes",
+                                "aggregate",
+                                "stop_on",
+                                "thresholds",
+                                "wrappers",
+                                "x",
+                            ]
+                        )
+                    )
+                ] = draw(values)
     return data
 
 
@@ -76,8 +167,11 @@ def _check(path: Path) -> None:
         assert "Traceback" not in text
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 @given(data=specs())
 def test_generated_specs_load_or_are_refused(data: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "spec.yaml"
@@ -89,10 +183,14 @@ def test_generated_specs_load_or_are_refused(data: dict, tmp_path_factory: pytes
     _check(path)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(raw=st.one_of(st.text(max_size=300).map(lambda t: t.encode("utf-8", errors="surrogatepass")),
-                     st.binary(max_size=300)))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    raw=st.one_of(
+        st.text(max_size=300).map(lambda t: t.encode("utf-8", errors="surrogatepass")), st.binary(max_size=300)
+    )
+)
 def test_arbitrary_bytes_are_refused_cleanly(raw: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "spec.yaml"
     path.write_bytes(raw)
@@ -111,8 +209,8 @@ EDGE_CASES = {
     "deep nesting": "name: deep\nhyperparams: " + "[" * 5000 + "]" * 5000 + "\n",
     "deep mapping": "name: deep\nhyperparams: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",
     "alias bomb": "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-                  "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-                  "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+    "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+    "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
     "python object tag": "name: x\nalgo: !!python/object/apply:os.system ['true']\n",
     "control characters": VALID.replace("tiny", "ti\x07ny"),
     "key named like a pydantic union tag": VALID + "list[int]: null\n",
@@ -144,8 +242,14 @@ def test_non_utf8_and_huge_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize("label", ["duplicate keys", "deep nesting", "python object tag"])
 def test_cli_refuses_with_exit_2_and_writes_nothing(label: str, tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(EDGE_CASES[label], encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "sweeps", "run", "spec.yaml"], cwd=tmp_path, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "run", "spec.yaml"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "spec.yaml" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]

@@ -1,4 +1,5 @@
 """The shipped Pendulum knob sweeps run end to end (shortened) and record every knob in MLflow."""
+
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +25,14 @@ def test_knob_sweep_runs_and_records_every_knob(name: str, tmp_path: Path) -> No
     if data["algo"] == "PPO":
         data["hyperparams"].update(n_steps=64, batch_size=64, n_epochs=2)
     (tmp_path / "short.yaml").write_text(yaml.safe_dump(data))
-    result = subprocess.run([sys.executable, "-m", "sweeps", "run", "short.yaml", "--workers", "2"], cwd=tmp_path,
-                            env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "run", "short.yaml", "--workers", "2"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(short)
@@ -35,9 +42,21 @@ def test_knob_sweep_runs_and_records_every_knob(name: str, tmp_path: Path) -> No
     for run in runs:
         recorded = {key.split(".")[0] for key in run.data.params}
         assert set(knobs.KNOBS) <= recorded, set(knobs.KNOBS) - recorded
-        for key in ("log_std_bounds", "max_grad_norm", "optimizer", "weight_decay", "init_gains.policy",
-                    "init_gains.value", "init_gains.hidden", "log_std_init", "normalize.reward", "reward_scale",
-                    "learning_rate.initial", "learning_rate.schedule", "ortho_init"):
+        for key in (
+            "log_std_bounds",
+            "max_grad_norm",
+            "optimizer",
+            "weight_decay",
+            "init_gains.policy",
+            "init_gains.value",
+            "init_gains.hidden",
+            "log_std_init",
+            "normalize.reward",
+            "reward_scale",
+            "learning_rate.initial",
+            "learning_rate.schedule",
+            "ortho_init",
+        ):
             assert key in run.data.params, key
     for run in seeds:
         history = client.get_metric_history(run.info.run_id, "train/grad_norm")

@@ -1,4 +1,5 @@
 """Each stability knob tested for its effect on the built model, not for being passed along."""
+
 from __future__ import annotations
 
 import math
@@ -121,10 +122,17 @@ def test_bounded_model_loads_with_the_plain_loader_in_a_fresh_process(algo: str,
     path = tmp_path / "model.zip"
     model.save(path)
     module = "sb3_contrib" if algo == "RecurrentPPO" else "stable_baselines3"
-    code = (f"from {module} import {algo}; m = {algo}.load({str(path)!r}, device='cpu'); p = m.policy; "
-            f"print(type(p).__name__, list(p.log_std_bounds), p.log_std.tolist())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    code = (
+        f"from {module} import {algo}; m = {algo}.load({str(path)!r}, device='cpu'); p = m.policy; "
+        f"print(type(p).__name__, list(p.log_std_bounds), p.log_std.tolist())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     name, bounds, values = out.stdout.strip().split(" ", 2)
     assert name.startswith("Bounded") and bounds == "[-3.0," and "1.0]" in values
@@ -169,14 +177,17 @@ def test_pre_clip_gradient_norm_is_logged() -> None:
 
 
 # --- optimizer and weight decay ----------------------------------------------------------------------
-@pytest.mark.parametrize("algo,extra,cls,eps", [
-    ("PPO", {"weight_decay": 0.01}, th.optim.Adam, 1e-5),
-    ("PPO", {"optimizer": "adamw", "weight_decay": 0.1}, th.optim.AdamW, 1e-5),
-    ("PPO", {"optimizer": "rmsprop", "weight_decay": 0.001}, th.optim.RMSprop, 1e-5),
-    ("A2C", {"weight_decay": 0.01}, th.optim.RMSprop, 1e-5),
-    ("A2C", {"optimizer": "adam", "weight_decay": 0.05}, th.optim.Adam, 1e-5),
-    ("RecurrentPPO", {"optimizer": "adamw", "weight_decay": 0.02}, th.optim.AdamW, 1e-5),
-])
+@pytest.mark.parametrize(
+    "algo,extra,cls,eps",
+    [
+        ("PPO", {"weight_decay": 0.01}, th.optim.Adam, 1e-5),
+        ("PPO", {"optimizer": "adamw", "weight_decay": 0.1}, th.optim.AdamW, 1e-5),
+        ("PPO", {"optimizer": "rmsprop", "weight_decay": 0.001}, th.optim.RMSprop, 1e-5),
+        ("A2C", {"weight_decay": 0.01}, th.optim.RMSprop, 1e-5),
+        ("A2C", {"optimizer": "adam", "weight_decay": 0.05}, th.optim.Adam, 1e-5),
+        ("RecurrentPPO", {"optimizer": "adamw", "weight_decay": 0.02}, th.optim.AdamW, 1e-5),
+    ],
+)
 def test_weight_decay_reaches_the_optimizer(algo: str, extra: dict, cls: type, eps: float) -> None:
     model, _ = _model(algo, _extend(algo, **extra))
     optimizer = model.policy.optimizer
@@ -231,7 +242,9 @@ def test_linear_schedule_gives_the_expected_rates() -> None:
     model.learn(256)
     last_progress = 1.0 - 192 / 256  # the last update runs after 192 of 256 steps... then rollouts to 256
     lr = model.policy.optimizer.param_groups[0]["lr"]
-    assert lr < 1e-3 * (last_progress + 0.01) and lr == pytest.approx(model.lr_schedule(model._current_progress_remaining))
+    assert lr < 1e-3 * (last_progress + 0.01) and lr == pytest.approx(
+        model.lr_schedule(model._current_progress_remaining)
+    )
 
 
 # --- reward normalisation and scale --------------------------------------------------------------------
@@ -239,8 +252,7 @@ def test_vecnormalize_present_with_the_algorithm_gamma_and_shared_with_eval() ->
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    model, built = _model("PPO", _extend("PPO", gamma=0.9, normalize={"reward": True, "obs": True,
-                                                                     "clip_reward": 5.0}))
+    model, built = _model("PPO", _extend("PPO", gamma=0.9, normalize={"reward": True, "obs": True, "clip_reward": 5.0}))
     train_env = model.get_env()
     assert isinstance(train_env, VecNormalize)
     assert train_env.gamma == 0.9 and train_env.clip_reward == 5.0 and train_env.norm_reward
@@ -267,8 +279,10 @@ def test_reward_scale_multiplies_rewards_before_normalisation() -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     built = knobs.build(algos.load_class("PPO"), "MlpPolicy", {"reward_scale": 0.1})
-    raw, scaled = make_vec_env("Pendulum-v1", n_envs=1, seed=3), knobs.wrap_train_env(
-        make_vec_env("Pendulum-v1", n_envs=1, seed=3), built)
+    raw, scaled = (
+        make_vec_env("Pendulum-v1", n_envs=1, seed=3),
+        knobs.wrap_train_env(make_vec_env("Pendulum-v1", n_envs=1, seed=3), built),
+    )
     raw.reset(), scaled.reset()
     action = np.array([[0.5]])
     r_raw, r_scaled = raw.step(action)[1], scaled.step(action)[1]
@@ -276,22 +290,28 @@ def test_reward_scale_multiplies_rewards_before_normalisation() -> None:
 
 
 # --- validation ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides,path,words", [
-    ({"hyperparams": {"log_std_bounds": [2, -5]}}, "hyperparams.log_std_bounds", "low < high"),
-    ({"hyperparams": {"log_std_bounds": [-200, 2]}}, "hyperparams.log_std_bounds", "float32"),
-    ({"hyperparams": {"optimizer": "adamm"}}, "hyperparams.optimizer", "did you mean 'adam'"),
-    ({"hyperparams": {"weight_decay": -1}}, "hyperparams.weight_decay", ">= 0"),
-    ({"hyperparams": {"max_grad_norm": 0}}, "hyperparams.max_grad_norm", "or off"),
-    ({"hyperparams": {"init_gains": {"lstm": 1.0}}}, "hyperparams.init_gains.lstm", "PPO has no init gain"),
-    ({"hyperparams": {"init_gains": {"policy": 1.0}, "ortho_init": False}}, "hyperparams.ortho_init", "true"),
-    ({"hyperparams": {"normalize": {"rewards": True}}}, "hyperparams.normalize.rewards", "allowed under"),
-    ({"hyperparams": {"normalize": {"gamma": 1.5}}}, "hyperparams.normalize.gamma", "(0, 1]"),
-    ({"hyperparams": {"learning_rate": {"schedule": "linear"}}}, "hyperparams.learning_rate.initial", "initial"),
-    ({"hyperparams": {"log_std_bounds": [-5, 2], "log_std_init": 3.0}}, "hyperparams.log_std_init", "outside"),
-    ({"env": {"id": "CartPole-v1"}, "hyperparams": {"log_std_bounds": [-5, 2]}}, "hyperparams.log_std_bounds",
-     "Discrete(2)"),
-    ({"space": {"reward_scale": {"type": "choice", "values": [1.0, -1.0]}}}, "space.reward_scale", "> 0"),
-])
+@pytest.mark.parametrize(
+    "overrides,path,words",
+    [
+        ({"hyperparams": {"log_std_bounds": [2, -5]}}, "hyperparams.log_std_bounds", "low < high"),
+        ({"hyperparams": {"log_std_bounds": [-200, 2]}}, "hyperparams.log_std_bounds", "float32"),
+        ({"hyperparams": {"optimizer": "adamm"}}, "hyperparams.optimizer", "did you mean 'adam'"),
+        ({"hyperparams": {"weight_decay": -1}}, "hyperparams.weight_decay", ">= 0"),
+        ({"hyperparams": {"max_grad_norm": 0}}, "hyperparams.max_grad_norm", "or off"),
+        ({"hyperparams": {"init_gains": {"lstm": 1.0}}}, "hyperparams.init_gains.lstm", "PPO has no init gain"),
+        ({"hyperparams": {"init_gains": {"policy": 1.0}, "ortho_init": False}}, "hyperparams.ortho_init", "true"),
+        ({"hyperparams": {"normalize": {"rewards": True}}}, "hyperparams.normalize.rewards", "allowed under"),
+        ({"hyperparams": {"normalize": {"gamma": 1.5}}}, "hyperparams.normalize.gamma", "(0, 1]"),
+        ({"hyperparams": {"learning_rate": {"schedule": "linear"}}}, "hyperparams.learning_rate.initial", "initial"),
+        ({"hyperparams": {"log_std_bounds": [-5, 2], "log_std_init": 3.0}}, "hyperparams.log_std_init", "outside"),
+        (
+            {"env": {"id": "CartPole-v1"}, "hyperparams": {"log_std_bounds": [-5, 2]}},
+            "hyperparams.log_std_bounds",
+            "Discrete(2)",
+        ),
+        ({"space": {"reward_scale": {"type": "choice", "values": [1.0, -1.0]}}}, "space.reward_scale", "> 0"),
+    ],
+)
 def test_bad_knob_values_are_refused_with_the_key_path(overrides: dict, path: str, words: str) -> None:
     data = tiny_spec(env={"id": "Pendulum-v1"}, hyperparams={"n_steps": 64, "batch_size": 64})
     data.update(overrides)
@@ -339,10 +359,16 @@ def test_squashed_gaussian_log_std_bounds_replace_the_builtin_clamp(algo: str, t
     model.learn(64)
     model.save(tmp_path / "m.zip")
     module = "sb3_contrib" if algo == "TQC" else "stable_baselines3"
-    code = (f"from {module} import {algo}; m = {algo}.load({str(tmp_path / 'm.zip')!r}, device='cpu'); "
-            f"print(type(m.policy).__name__, list(m.policy.actor.log_std_bounds))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    code = (
+        f"from {module} import {algo}; m = {algo}.load({str(tmp_path / 'm.zip')!r}, device='cpu'); "
+        f"print(type(m.policy).__name__, list(m.policy.actor.log_std_bounds))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [f"Bounded{algo}Policy", "[-3.0,", "-1.0]"]
 
@@ -363,8 +389,15 @@ def test_trpo_takes_bounds_and_gains() -> None:
     assert th.all(model.policy.log_std <= 0.0) and th.all(model.policy.log_std >= -2.0)
 
 
-@pytest.mark.parametrize("algo,knob,value", [("TRPO", "max_grad_norm", 0.5), ("TD3", "log_std_bounds", [-5, 2]),
-                                             ("SAC", "init_gains", {"policy": 1.0}), ("SAC", "max_grad_norm", 1.0)])
+@pytest.mark.parametrize(
+    "algo,knob,value",
+    [
+        ("TRPO", "max_grad_norm", 0.5),
+        ("TD3", "log_std_bounds", [-5, 2]),
+        ("SAC", "init_gains", {"policy": 1.0}),
+        ("SAC", "max_grad_norm", 1.0),
+    ],
+)
 def test_knob_that_does_not_apply_names_both(algo: str, knob: str, value) -> None:
     data = tiny_spec(algo=algo, env={"id": "Pendulum-v1"}, hyperparams={knob: value}, space={})
     with pytest.raises(SpecError) as info:
@@ -386,8 +419,17 @@ def test_every_algorithm_runs_a_trial_with_curves(algo: str) -> None:
         def metrics(self, step, values):
             points.append((step, values))
 
-    config = TrialConfig("t", 0, 0, algo, "MlpPolicy", {"id": "Pendulum-v1", "n_envs": 1}, hyperparams,
-                         total_timesteps=400, eval_episodes=1)
+    config = TrialConfig(
+        "t",
+        0,
+        0,
+        algo,
+        "MlpPolicy",
+        {"id": "Pendulum-v1", "n_envs": 1},
+        hyperparams,
+        total_timesteps=400,
+        eval_episodes=1,
+    )
     result = run(config, Collect())
     assert math.isfinite(result.mean_return) and result.timesteps >= 400
     keys = {k for _, values in points for k in values}
@@ -405,11 +447,18 @@ def test_dict_observations_and_multidiscrete_actions_through_a_trial() -> None:
             points.append((step, values))
 
     env = {"id": "sweeps.temp_control:make_temp_control", "kwargs": {"phase": "pretrain"}, "n_envs": 2}
-    hyperparams = {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "normalize": {"obs": True, "reward": True},
-                   "weight_decay": 0.1, "init_gains": {"lstm": 1.0, "value": 1.0},
-                   "policy_kwargs": {"lstm_hidden_size": 8, "net_arch": [8]}}
-    config = TrialConfig("t", 0, 0, "RecurrentPPO", "MultiInputLstmPolicy", env, hyperparams, total_timesteps=128,
-                         eval_episodes=2)
+    hyperparams = {
+        "n_steps": 32,
+        "batch_size": 64,
+        "n_epochs": 1,
+        "normalize": {"obs": True, "reward": True},
+        "weight_decay": 0.1,
+        "init_gains": {"lstm": 1.0, "value": 1.0},
+        "policy_kwargs": {"lstm_hidden_size": 8, "net_arch": [8]},
+    }
+    config = TrialConfig(
+        "t", 0, 0, "RecurrentPPO", "MultiInputLstmPolicy", env, hyperparams, total_timesteps=128, eval_episodes=2
+    )
     result = run(config, Collect())
     assert len(result.episode_returns) == 2 and result.timesteps == 128
     steps = sorted({s for s, v in points if "train/value_loss" in v})
@@ -430,8 +479,11 @@ def test_critic_learning_rate_reaches_the_critic_optimizer_only(algo: str) -> No
 
 
 def test_critic_rate_refused_where_there_is_no_critic_optimizer() -> None:
-    data = tiny_spec(env={"id": "Pendulum-v1"}, space={},
-                     hyperparams={"n_steps": 64, "batch_size": 64, "learning_rate": {"initial": 1e-3, "critic": 1e-2}})
+    data = tiny_spec(
+        env={"id": "Pendulum-v1"},
+        space={},
+        hyperparams={"n_steps": 64, "batch_size": 64, "learning_rate": {"initial": 1e-3, "critic": 1e-2}},
+    )
     with pytest.raises(SpecError, match="learning_rate.critic: a separate critic rate needs"):
         from_dict(data)
 
@@ -450,7 +502,8 @@ def test_log_std_bounds_with_gsde() -> None:
 
 
 def test_squashed_bounds_refuse_other_policies() -> None:
-    data = tiny_spec(algo="SAC", policy="CnnPolicy", env={"id": "Pendulum-v1"}, space={},
-                     hyperparams={"log_std_bounds": [-5, 1]})
+    data = tiny_spec(
+        algo="SAC", policy="CnnPolicy", env={"id": "Pendulum-v1"}, space={}, hyperparams={"log_std_bounds": [-5, 1]}
+    )
     with pytest.raises(SpecError, match="supports MlpPolicy and MultiInputPolicy, not CnnPolicy"):
         from_dict(data)

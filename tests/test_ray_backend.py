@@ -3,6 +3,7 @@
 Each test that starts Ray also proves that nothing of it is left running afterwards: the test
 process is made a subreaper, so whatever a sweep leaves behind is re-parented here and seen.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,18 @@ def _ray_left() -> list[str]:
 
 def _grid_spec(name: str, marker: Path, **backend) -> dict:
     """2 grid trials x 2 seeds; the first job to reach step 300 has its worker killed (once)."""
-    return tiny_spec(name, env={"id": "tests.helpers:faulty_cartpole", "n_envs": 2,
-                                "kwargs": {"fail_at_step": 150, "how": "kill", "once_marker": str(marker)}},
-                     space={"learning_rate": {"type": "choice", "values": [0.001, 0.003]}},
-                     sampler={"kind": "grid"}, trials=2, backend={"max_failures": 1, **backend})
+    return tiny_spec(
+        name,
+        env={
+            "id": "tests.helpers:faulty_cartpole",
+            "n_envs": 2,
+            "kwargs": {"fail_at_step": 150, "how": "kill", "once_marker": str(marker)},
+        },
+        space={"learning_rate": {"type": "choice", "values": [0.001, 0.003]}},
+        sampler={"kind": "grid"},
+        trials=2,
+        backend={"max_failures": 1, **backend},
+    )
 
 
 def _runs(name: str) -> list:
@@ -58,7 +67,9 @@ def test_ray_runs_the_sweep_like_local_and_retries_a_killed_worker(cli, write_sp
         assert done.returncode == 0, done.stdout + done.stderr
         assert "1 job(s) ran again after their worker died" in done.stdout
         assert (workdir / f"killed_{kind}").exists()  # a worker really was killed
-        study = optuna.load_study(study_name=f"grid_{kind}", storage=f"sqlite:///{workdir}/results/grid_{kind}/optuna.db")
+        study = optuna.load_study(
+            study_name=f"grid_{kind}", storage=f"sqlite:///{workdir}/results/grid_{kind}/optuna.db"
+        )
         trials = study.get_trials(deepcopy=False)
         assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
         results[kind] = {t.params["learning_rate"]: (t.value, t.user_attrs["rlsweep.returns"]) for t in trials}
@@ -72,11 +83,14 @@ def test_ray_runs_the_sweep_like_local_and_retries_a_killed_worker(cli, write_sp
         import mlflow
 
         history = mlflow.MlflowClient(f"sqlite:///{workdir}/results/mlflow.db").get_metric_history(
-            retried[0].info.run_id, "rollout/ep_rew_mean")
+            retried[0].info.run_id, "rollout/ep_rew_mean"
+        )
         steps = [m.step for m in history]
         assert steps and len(steps) == len(set(steps))  # the retry's repeated steps were not logged twice
-        results[kind + "_schema"] = (sorted({k for r in seeds for k in r.data.metrics}),
-                                     sorted({k for r in seeds for k in r.data.tags if k != "rlsweep.worker"}))
+        results[kind + "_schema"] = (
+            sorted({k for r in seeds for k in r.data.metrics}),
+            sorted({k for r in seeds for k in r.data.tags if k != "rlsweep.worker"}),
+        )
     # same configs, same seeds: the same returns, whichever backend ran them
     assert results["ray"] == results["local"]
     assert results["ray_schema"] == results["local_schema"]
@@ -98,8 +112,13 @@ def test_impossible_resources_are_refused_before_anything_is_written(cli, write_
 # (these come last: the instance lives from the first of them to the end of the module)
 @pytest.fixture(scope="module")
 def logical_gpu_ray():
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})  # workers import tests.helpers' envs
+    ray.init(
+        num_cpus=2,
+        num_gpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
+    )  # workers import tests.helpers' envs
     yield
     ray.shutdown()
     assert _ray_left() == []
@@ -138,8 +157,13 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
             assert payload["cuda_visible_devices"] == "0" and payload["gpu_ids"] == ["0"]
             assert payload["device"] == "cpu"
         # a cancelled job (its trial was proved doomed by a sibling) is stopped by Tune
-        long_job = driver.trial_configs(spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)), 1,
-                                        {"learning_rate": 1e-3}, [0], driver.stability_settings(spec))[1][0]
+        long_job = driver.trial_configs(
+            spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)),
+            1,
+            {"learning_rate": 1e-3},
+            [0],
+            driver.stability_settings(spec),
+        )[1][0]
         backend.submit(long_job)
         ended, asked = None, None
         deadline = time.monotonic() + 120
@@ -169,12 +193,27 @@ def test_a_doomed_trial_stops_its_running_seeds(backend: str, workdir: Path, req
     from sweeps import spec as spec_module
     from sweeps.runner import run_sweep
 
-    spec = spec_module.from_dict(tiny_spec(
-        "doomed_ray", env={"id": "tests.helpers:faulty_env", "n_envs": 1,
-                           "kwargs": {"env_id": "Pendulum-v1", "fail_at_step": 300, "how": "nan",
-                                      "once_marker": str(workdir / "nan_once")}},
-        total_timesteps=100_000, seeds=[0, 1], trials=1, space={"learning_rate": 3e-4},
-        stability={"stop_on": ["nan_scale"]}, backend={"kind": backend}))
+    spec = spec_module.from_dict(
+        tiny_spec(
+            "doomed_ray",
+            env={
+                "id": "tests.helpers:faulty_env",
+                "n_envs": 1,
+                "kwargs": {
+                    "env_id": "Pendulum-v1",
+                    "fail_at_step": 300,
+                    "how": "nan",
+                    "once_marker": str(workdir / "nan_once"),
+                },
+            },
+            total_timesteps=100_000,
+            seeds=[0, 1],
+            trials=1,
+            space={"learning_rate": 3e-4},
+            stability={"stop_on": ["nan_scale"]},
+            backend={"kind": backend},
+        )
+    )
     started = time.monotonic()
     run_sweep(spec, Console(file=io.StringIO()), workers=2)
     assert time.monotonic() - started < 90  # neither seed trained its 100k steps
@@ -192,16 +231,28 @@ def test_backend_section_is_checked(write_spec) -> None:
     from sweeps import spec as spec_module
     from sweeps.errors import SpecError
 
-    for backend, where in (({"kind": "local", "resources_per_trial": {"gpu": 0.5}}, "backend.resources_per_trial.gpu"),
-                           ({"kind": "local", "address": "auto"}, "backend.address"),
-                           ({"kind": "ray", "resources_per_trial": {"gpu": 1.5}}, "backend.resources_per_trial.gpu"),
-                           ({"kind": "ray", "address": "nowhere"}, "backend.address"),
-                           ({"kind": "slurm"}, "backend.kind")):
+    for backend, where in (
+        ({"kind": "local", "resources_per_trial": {"gpu": 0.5}}, "backend.resources_per_trial.gpu"),
+        ({"kind": "local", "address": "auto"}, "backend.address"),
+        ({"kind": "ray", "resources_per_trial": {"gpu": 1.5}}, "backend.resources_per_trial.gpu"),
+        ({"kind": "ray", "address": "nowhere"}, "backend.address"),
+        ({"kind": "slurm"}, "backend.kind"),
+    ):
         with pytest.raises(SpecError) as info:
             spec_module.load(write_spec(tiny_spec("b", backend=backend)))
         assert where in str(info.value), (backend, str(info.value))
-    ok = spec_module.load(write_spec(tiny_spec("b", backend={"kind": "ray", "address": "ray://head:10001",
-                                                             "resources_per_trial": {"cpu": 0.5, "gpu": 0.25}})))
+    ok = spec_module.load(
+        write_spec(
+            tiny_spec(
+                "b",
+                backend={
+                    "kind": "ray",
+                    "address": "ray://head:10001",
+                    "resources_per_trial": {"cpu": 0.5, "gpu": 0.25},
+                },
+            )
+        )
+    )
     assert json.loads(json.dumps(ok.resolved()))["backend"]["resources_per_trial"] == {"cpu": 0.5, "gpu": 0.25}
 
 
@@ -215,17 +266,27 @@ def test_auto_repair_runs_on_ray_within_the_sweeps_budget(workdir: Path, logical
     from sweeps import spec as spec_module
     from sweeps.runner import run_sweep
 
-    spec = spec_module.from_dict(tiny_spec(
-        "repair_ray", env={"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1}, algo="A2C",
-        total_timesteps=6000, seeds=[0], trials=1, space={},
-        hyperparams={"n_steps": 5, "learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88]},
-        stability={"stop_on": ["nan_scale"], "repair": {"auto": True, "max_attempts": 2}}, backend={"kind": "ray"}))
+    spec = spec_module.from_dict(
+        tiny_spec(
+            "repair_ray",
+            env={"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1},
+            algo="A2C",
+            total_timesteps=6000,
+            seeds=[0],
+            trials=1,
+            space={},
+            hyperparams={"n_steps": 5, "learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88]},
+            stability={"stop_on": ["nan_scale"], "repair": {"auto": True, "max_attempts": 2}},
+            backend={"kind": "ray"},
+        )
+    )
     run_sweep(spec, Console(file=io.StringIO()), workers=1)
     study = optuna.load_study(study_name="repair_ray", storage=f"sqlite:///{workdir}/results/repair_ray/optuna.db")
     first, attempt = study.get_trials()
     assert first.user_attrs["rlsweep.verdict"] == "nan_scale"
     assert attempt.user_attrs["rlsweep.repair_of"] == 0 and attempt.user_attrs["rlsweep.repair_patch"] == {
-        "log_std_bounds": [-5, 2]}
+        "log_std_bounds": [-5, 2]
+    }
     runs = {r.info.run_name: r for r in _runs("repair_ray")}
     assert runs["trial-0-repair-1-seed-0"].data.tags["rlsweep.worker"]  # it ran on a Ray worker
     import yaml

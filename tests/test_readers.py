@@ -1,4 +1,5 @@
 """stability.readers: TensorBoard event files and MLflow runs back into ``{key: [(step, value)]}``."""
+
 from __future__ import annotations
 
 import socket
@@ -35,8 +36,7 @@ def write_scalars(logdir: Path, series: dict[str, list[tuple[int, float]]], **kw
 
 def record(payload: bytes) -> bytes:
     header = struct.pack("<Q", len(payload))
-    return (header + struct.pack("<I", masked_crc32c(header)) + payload
-            + struct.pack("<I", masked_crc32c(payload)))
+    return header + struct.pack("<I", masked_crc32c(header)) + payload + struct.pack("<I", masked_crc32c(payload))
 
 
 def record_offsets(data: bytes) -> list[int]:
@@ -67,20 +67,35 @@ def test_tensor_variants_and_non_scalars(tmp_path: Path) -> None:
     from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 
     def event(step: int, value: summary_pb2.Summary.Value) -> bytes:
-        return event_pb2.Event(step=step, wall_time=1.0 + step, summary=summary_pb2.Summary(value=[value])).SerializeToString()
+        return event_pb2.Event(
+            step=step, wall_time=1.0 + step, summary=summary_pb2.Summary(value=[value])
+        ).SerializeToString()
 
     scalars = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
-    histograms = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="histograms"))
+    histograms = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="histograms")
+    )
     double = tensor_pb2.TensorProto(dtype=2, tensor_content=struct.pack("<d", 0.1))
     later = tensor_pb2.TensorProto(dtype=2, double_val=[0.2])
-    matrix = tensor_pb2.TensorProto(dtype=1, float_val=[1.0] * 6, tensor_shape=tensor_shape_pb2.TensorShapeProto(
-        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2), tensor_shape_pb2.TensorShapeProto.Dim(size=3)]))
+    matrix = tensor_pb2.TensorProto(
+        dtype=1,
+        float_val=[1.0] * 6,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2), tensor_shape_pb2.TensorShapeProto.Dim(size=3)]
+        ),
+    )
     data = record(event_pb2.Event(wall_time=0.0, file_version="brain.Event:2").SerializeToString())
     data += record(event(1, summary_pb2.Summary.Value(tag="x", tensor=double, metadata=scalars)))
     data += record(event(2, summary_pb2.Summary.Value(tag="x", tensor=later)))  # metadata only sent once
     data += record(event(1, summary_pb2.Summary.Value(tag="h", tensor=matrix, metadata=histograms)))
-    data += record(event(2, summary_pb2.Summary.Value(tag="one", tensor=tensor_pb2.TensorProto(dtype=1, float_val=[7.0]),
-                                                      metadata=histograms)))
+    data += record(
+        event(
+            2,
+            summary_pb2.Summary.Value(
+                tag="one", tensor=tensor_pb2.TensorProto(dtype=1, float_val=[7.0]), metadata=histograms
+            ),
+        )
+    )
     (tmp_path / "events.out.tfevents.1.tf2").write_bytes(data)
     assert read_tensorboard(tmp_path) == {"x": [(1, 0.1), (2, 0.2)]}
 
@@ -125,7 +140,7 @@ def test_truncated_last_record_returns_prefix(tmp_path: Path) -> None:
         assert read_tensorboard(path) == {"loss": [(0, 1.0), (1, 2.0)]}
     with pytest.raises(LogReadError, match="truncated record"):
         read_tensorboard(path, strict=True)
-    path.write_bytes(data[:record_offsets(data)[1] + 7])  # the file-version record and a few bytes
+    path.write_bytes(data[: record_offsets(data)[1] + 7])  # the file-version record and a few bytes
     with pytest.raises(LogReadError, match=r"none holds a scalar.*truncated record at byte"):
         read_tensorboard(path)
     path.write_bytes(data[:20])
@@ -167,20 +182,26 @@ def test_event_files_without_scalars(tmp_path: Path) -> None:
     writer.add_text("notes", "hello", 0)
     writer.add_histogram("weights", np.arange(10.0), 0)
     writer.close()
-    with pytest.raises(LogReadError, match=r"none holds a scalar summary \(found only non-scalar summaries, "
-                                           r"with tags notes/text_summary, weights\)"):
+    with pytest.raises(
+        LogReadError,
+        match=r"none holds a scalar summary \(found only non-scalar summaries, "
+        r"with tags notes/text_summary, weights\)",
+    ):
         read_tensorboard(tmp_path)
 
 
 def test_import_is_cheap() -> None:
-    code = ("import sys, stability.readers; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mlflow', 'tensorboard', 'google', 'torch', "
-            "'sweeps', 'optuna', 'ray'}))")
+    code = (
+        "import sys, stability.readers; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'mlflow', 'tensorboard', 'google', 'torch', "
+        "'sweeps', 'optuna', 'ray'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), check=True)
     assert out.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------------------------------- MLflow
+
 
 def test_read_mlflow_run(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
@@ -201,8 +222,11 @@ def test_read_mlflow_run(tmp_path: Path) -> None:
     assert set(scalars) == {"train/value_loss", "train/approx_kl"}
     assert tags["algo"] == "ppo" and "mlflow.runName" in tags
 
-    with pytest.raises(LogReadError, match=rf"no MLflow run with id '0123456789abcdef0123456789abcdef' in the "
-                                           rf"tracking store '{uri}'"):
+    with pytest.raises(
+        LogReadError,
+        match=rf"no MLflow run with id '0123456789abcdef0123456789abcdef' in the "
+        rf"tracking store '{uri}'",
+    ):
         read_mlflow_run("0123456789abcdef0123456789abcdef", uri)
     with pytest.raises(LogReadError, match=r"cannot read MLflow run '\.\./x'.*INVALID_PARAMETER_VALUE"):
         read_mlflow_run("../x", uri)
@@ -226,18 +250,48 @@ def test_read_mlflow_run_missing_or_unreachable_store(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- repro script
 
+
 def test_cleanrl_repro_script_logs_cleanrl_tags(tmp_path: Path) -> None:
     script = REPO / "conf" / "repro" / "cleanrl_ppo.py"
-    proc = subprocess.run([sys.executable, str(script), "--total-timesteps", "2048", "--num-envs", "2",
-                           "--num-steps", "256", "--update-epochs", "2", "--dropout-in-forward",
-                           "--head-std", "1.0", "--weight-decay", "0.1", "--unassigned-to-device",
-                           "--logdir", str(tmp_path / "run")],
-                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--total-timesteps",
+            "2048",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "256",
+            "--update-epochs",
+            "2",
+            "--dropout-in-forward",
+            "--head-std",
+            "1.0",
+            "--weight-decay",
+            "0.1",
+            "--unassigned-to-device",
+            "--logdir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     scalars = read_tensorboard(tmp_path / "run")
-    tags = {"losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/clipfrac",
-            "losses/explained_variance", "losses/entropy", "losses/grad_norm", "charts/episodic_return",
-            "charts/learning_rate"}
+    tags = {
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "losses/entropy",
+        "losses/grad_norm",
+        "charts/episodic_return",
+        "charts/learning_rate",
+    }
     assert tags <= set(scalars)
     assert [step for step, _ in scalars["losses/value_loss"]] == [512, 1024, 1536, 2048]
     assert len(scalars["charts/episodic_return"]) == 2 * (1024 // 200)  # 2 envs, 200-step episodes

@@ -1,5 +1,6 @@
 """Repair: patch arithmetic and the attempt loop as pure logic, the driver's repair path against a
 scripted backend, and ``rlsweep repair`` end to end on the A2C nan_scale reproduction."""
+
 from __future__ import annotations
 
 import fcntl
@@ -21,17 +22,29 @@ from tests.helpers import stores
 # --- patches ------------------------------------------------------------------------------------
 def test_apply_patch_keeps_the_configs_shape_and_never_changes_its_input():
     base = {"learning_rate": "lin_3e-4", "normalize": False, "init_gains": {"policy": 0.01}, "n_steps": 5}
-    out = rp.apply_patch(base, {"learning_rate": 1e-4, "normalize": {"reward": True}, "init_gains": {"value": 1.0},
-                                "max_grad_norm": 0.5})
-    assert out == {"learning_rate": "lin_0.0001", "normalize": {"obs": False, "reward": True},
-                   "init_gains": {"policy": 0.01, "value": 1.0}, "n_steps": 5, "max_grad_norm": 0.5}
+    out = rp.apply_patch(
+        base, {"learning_rate": 1e-4, "normalize": {"reward": True}, "init_gains": {"value": 1.0}, "max_grad_norm": 0.5}
+    )
+    assert out == {
+        "learning_rate": "lin_0.0001",
+        "normalize": {"obs": False, "reward": True},
+        "init_gains": {"policy": 0.01, "value": 1.0},
+        "n_steps": 5,
+        "max_grad_norm": 0.5,
+    }
     assert base["normalize"] is False and base["init_gains"] == {"policy": 0.01}
     schedule = {"learning_rate": {"schedule": "linear", "initial": 1e-3, "final": 1e-4, "critic": 2e-3}}
     assert rp.apply_patch(schedule, {"learning_rate": 1e-4})["learning_rate"] == {
-        "schedule": "linear", "initial": 1e-4, "final": 1e-5, "critic": 2e-4}
+        "schedule": "linear",
+        "initial": 1e-4,
+        "final": 1e-5,
+        "critic": 2e-4,
+    }
     # normalize: true already normalises rewards and observations; the patch keeps both
     assert rp.apply_patch({"normalize": True}, {"normalize": {"reward": True}})["normalize"] == {
-        "reward": True, "obs": True}
+        "reward": True,
+        "obs": True,
+    }
 
 
 def _finding(kind: str, patches: list[dict[str, Any]], certain: bool = True) -> dict[str, Any]:
@@ -39,16 +52,27 @@ def _finding(kind: str, patches: list[dict[str, Any]], certain: bool = True) -> 
 
 
 def test_candidates_put_causes_before_consequences_and_warnings_last():
-    verdicts = {0: {"findings": [_finding("stuck_value_loss", [{"vf_coef": 0.5}]),
-                                 _finding("nan_scale", [{"log_std_bounds": [-5, 2]}], certain=False)]},
-                1: {"findings": [_finding("exploding_updates", [{"max_grad_norm": 0.5}, {"vf_coef": 0.5}])]}}
+    verdicts = {
+        0: {
+            "findings": [
+                _finding("stuck_value_loss", [{"vf_coef": 0.5}]),
+                _finding("nan_scale", [{"log_std_bounds": [-5, 2]}], certain=False),
+            ]
+        },
+        1: {"findings": [_finding("exploding_updates", [{"max_grad_norm": 0.5}, {"vf_coef": 0.5}])]},
+    }
     assert [c["patch"] for c in rp.candidates(verdicts, PRIORITY)] == [
-        {"max_grad_norm": 0.5}, {"vf_coef": 0.5}, {"log_std_bounds": [-5, 2]}]
+        {"max_grad_norm": 0.5},
+        {"vf_coef": 0.5},
+        {"log_std_bounds": [-5, 2]},
+    ]
 
 
 def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
-    items = {m["name"]: m["patch"] for m in rp.menu({"learning_rate": 3e-3, "ent_coef": 0.01},
-                                                    {"ent_coef": 0.0, "max_grad_norm": 0.5}, True, True)}
+    items = {
+        m["name"]: m["patch"]
+        for m in rp.menu({"learning_rate": 3e-3, "ent_coef": 0.01}, {"ent_coef": 0.0, "max_grad_norm": 0.5}, True, True)
+    }
     assert items["lr/3"] == {"learning_rate": 1e-3} and items["lr/10"] == {"learning_rate": 3e-4}
     assert "clip" not in items and "ent_coef" not in items and "value_gain" not in items  # SB3's value gain is 1
     assert "weight_decay" not in items and items["log_std_bounds"] == {"log_std_bounds": [-5, 2]}
@@ -56,11 +80,21 @@ def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
 
 
 # --- the plan -----------------------------------------------------------------------------------
-def _plan(candidates: list[dict[str, Any]], verdict: str = "nan_scale", returns: dict | None = None,
-          **kw: Any) -> rp.Plan:
-    return rp.Plan(3, {}, verdict, returns or {}, [0, 1], [2, 3],
-                   [{"patch": p, "why": "w", "source": verdict} for p in candidates], kw.pop("max_attempts", 2),
-                   menu=rp.menu({}, {"learning_rate": 7e-4}, True, True), **kw)
+def _plan(
+    candidates: list[dict[str, Any]], verdict: str = "nan_scale", returns: dict | None = None, **kw: Any
+) -> rp.Plan:
+    return rp.Plan(
+        3,
+        {},
+        verdict,
+        returns or {},
+        [0, 1],
+        [2, 3],
+        [{"patch": p, "why": "w", "source": verdict} for p in candidates],
+        kw.pop("max_attempts", 2),
+        menu=rp.menu({}, {"learning_rate": 7e-4}, True, True),
+        **kw,
+    )
 
 
 def _finish(attempt: rp.Attempt, verdicts: list[str], returns: list[float], offered: list[dict] = ()) -> None:
@@ -86,8 +120,9 @@ def test_a_failing_attempt_keeps_its_patch_and_adds_the_next_finding():
 
 
 def test_a_healthy_attempt_that_returns_less_is_dropped_for_the_next_candidate():
-    plan = _plan([{"vf_coef": 0.5}, {"normalize": {"reward": True}}], verdict="stuck_value_loss",
-                 returns={0: 300.0, 1: 310.0})
+    plan = _plan(
+        [{"vf_coef": 0.5}, {"normalize": {"reward": True}}], verdict="stuck_value_loss", returns={0: 300.0, 1: 310.0}
+    )
     first = plan.next_attempt()
     _finish(first, ["healthy", "healthy"], [200.0, 210.0])
     ok, why = plan.passes(first)
@@ -114,8 +149,10 @@ def test_what_knobs_cannot_repair_is_said_not_tried():
 
 
 def test_patches_the_config_cannot_take_are_skipped_and_named():
-    plan = _plan([{"max_grad_norm": 0.5}, {"learning_rate": 1e-4}],
-                 check=lambda p: "SAC has no max_grad_norm" if "max_grad_norm" in p else None)
+    plan = _plan(
+        [{"max_grad_norm": 0.5}, {"learning_rate": 1e-4}],
+        check=lambda p: "SAC has no max_grad_norm" if "max_grad_norm" in p else None,
+    )
     assert plan.next_attempt().patch == {"learning_rate": 1e-4}
     assert plan.to_dict()["not_applicable"] == ["max_grad_norm: 0.5: SAC has no max_grad_norm"]
 
@@ -153,12 +190,29 @@ class Scripted(Backend):
     def submit(self, config: TrialConfig) -> None:
         self.submitted.append(config)
         verdict, ret = self.outcome(config.hyperparams, config.seed)
-        finding = {"kind": verdict, "certain": True, "onset_step": 10, "summary": "", "evidence": {}, "advice": [],
-                   "causes": [], "patches": [{"patch": p, "why": "w"} for p in _PATCHES.get(verdict, [])]}
-        payload = {"verdict": {"verdict": verdict, "onset_step": None if verdict == "healthy" else 10,
-                               "findings": [] if verdict == "healthy" else [finding]},
-                   "mean_return": ret, "std_return": 0.0, "train_seconds": 0.1, "eval_seconds": 0.1,
-                   "stopped_by": None, "context": {}}
+        finding = {
+            "kind": verdict,
+            "certain": True,
+            "onset_step": 10,
+            "summary": "",
+            "evidence": {},
+            "advice": [],
+            "causes": [],
+            "patches": [{"patch": p, "why": "w"} for p in _PATCHES.get(verdict, [])],
+        }
+        payload = {
+            "verdict": {
+                "verdict": verdict,
+                "onset_step": None if verdict == "healthy" else 10,
+                "findings": [] if verdict == "healthy" else [finding],
+            },
+            "mean_return": ret,
+            "std_return": 0.0,
+            "train_seconds": 0.1,
+            "eval_seconds": 0.1,
+            "stopped_by": None,
+            "context": {},
+        }
         self.events += [Event("started", config.key, {"worker": "w"}), Event("finished", config.key, payload)]
 
     def poll(self, timeout: float) -> list[Event]:
@@ -211,9 +265,18 @@ class Recorder:
 def _driver(outcome: Any, repair: rp.RepairSettings | None = None, trials: int = 1, auto: bool = True):
     from sweeps.driver import Driver
 
-    spec = from_dict({"name": "scripted", "env": {"id": "Pendulum-v1"}, "algo": "A2C", "total_timesteps": 1000,
-                      "seeds": 2, "trials": trials, "space": {"learning_rate": {"type": "choice", "values": [0.1, 0.2]}},
-                      "stability": {"repair": {"auto": auto, "max_attempts": 2}}})
+    spec = from_dict(
+        {
+            "name": "scripted",
+            "env": {"id": "Pendulum-v1"},
+            "algo": "A2C",
+            "total_timesteps": 1000,
+            "seeds": 2,
+            "trials": trials,
+            "space": {"learning_rate": {"type": "choice", "values": [0.1, 0.2]}},
+            "stability": {"repair": {"auto": auto, "max_attempts": 2}},
+        }
+    )
     study = optuna.create_study(direction="maximize")
     backend, tracker = Scripted(outcome), Recorder()
     return Driver(spec, backend, tracker, study, repair=repair), study, backend, tracker
@@ -231,7 +294,8 @@ def test_auto_repair_runs_in_the_sweep_and_records_each_attempt_as_a_new_trial()
     assert original.user_attrs["rlsweep.verdict"] == "nan_scale" and "rlsweep.repair_of" not in original.user_attrs
     assert original.user_attrs["rlsweep.patches"][0]["patch"] == {"log_std_bounds": [-5, 2]}
     assert fixed.user_attrs["rlsweep.repair_of"] == 0 and fixed.user_attrs["rlsweep.repair_patch"] == {
-        "log_std_bounds": [-5, 2]}
+        "log_std_bounds": [-5, 2]
+    }
     assert fixed.params == {"learning_rate": original.params["learning_rate"], "patch.log_std_bounds": "[-5, 2]"}
     assert fixed.value == pytest.approx(10.5) and fixed.user_attrs["rlsweep.confirm"]["seeds"] == [2, 3]
     assert progress.done == 1 and progress.repairs == {"repaired": 1}
@@ -273,19 +337,29 @@ def test_auto_repair_never_more_than_doubles_the_sweeps_jobs():
 
 def test_a_passing_attempt_the_budget_cannot_confirm_is_told_unconfirmed():
     driver, study, backend, _ = _driver(
-        lambda hp, seed: ("healthy", 1.0) if hp.get("log_std_bounds") else ("nan_scale", -100.0))
+        lambda hp, seed: ("healthy", 1.0) if hp.get("log_std_bounds") else ("nan_scale", -100.0)
+    )
     driver.run()  # 1 trial x 2 seeds: the attempt fits the budget, its confirmation does not
     (plan,) = driver.plans
     assert plan.status == "budget" and "passed on seeds [0, 1]" in plan.message
-    assert study.get_trials()[1].user_attrs["rlsweep.repair_of"] == 0 and "rlsweep.confirm" not in \
-        study.get_trials()[1].user_attrs
+    assert (
+        study.get_trials()[1].user_attrs["rlsweep.repair_of"] == 0
+        and "rlsweep.confirm" not in study.get_trials()[1].user_attrs
+    )
 
 
 # --- end to end ---------------------------------------------------------------------------------
-BROKEN = {"name": "a2c_broken", "env": {"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1}, "algo": "A2C",
-          "total_timesteps": 6000, "seeds": 2, "trials": 1, "objective": {"eval_episodes": 3},
-          "hyperparams": {"n_steps": 5, "learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88]},
-          "stability": {"stop_on": ["nan_scale"], "stop_siblings": False}}
+BROKEN = {
+    "name": "a2c_broken",
+    "env": {"id": "sweeps.repro_envs:make_spiky_targets", "n_envs": 1},
+    "algo": "A2C",
+    "total_timesteps": 6000,
+    "seeds": 2,
+    "trials": 1,
+    "objective": {"eval_episodes": 3},
+    "hyperparams": {"n_steps": 5, "learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88]},
+    "stability": {"stop_on": ["nan_scale"], "stop_siblings": False},
+}
 
 
 def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(write_spec, cli, workdir):
@@ -308,8 +382,13 @@ def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(writ
     assert [t.user_attrs["rlsweep.repair_of"] for t in trials[1:]] == [0] * n and trials[n].state.name == "COMPLETE"
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.`rlsweep.repair_of` = '0'")
     names = {r.info.run_name for r in runs}
-    assert {f"trial-0-repair-{n}", f"trial-0-repair-{n}-seed-0", f"trial-0-repair-{n}-seed-1",
-            f"trial-0-repair-{n}-confirm", f"trial-0-repair-{n}-confirm-seed-2"} <= names
+    assert {
+        f"trial-0-repair-{n}",
+        f"trial-0-repair-{n}-seed-0",
+        f"trial-0-repair-{n}-seed-1",
+        f"trial-0-repair-{n}-confirm",
+        f"trial-0-repair-{n}-confirm-seed-2",
+    } <= names
     attempt = next(r for r in runs if r.info.run_name == f"trial-0-repair-{n}")
     assert attempt.data.tags["rlsweep.repair_attempt"] == str(n) and attempt.info.status == "FINISHED"
     assert json.loads(attempt.data.tags["rlsweep.repair_patch"]) == item["patch"]
@@ -326,23 +405,33 @@ def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(writ
 
 def test_a_trial_knobs_cannot_repair_ends_with_its_attempts_and_a_clear_message(write_spec, cli, workdir):
     # NaN observations from the env: no learning rate, clipping or bound fixes that
-    spec = dict(BROKEN, name="nan_obs", algo="PPO", env={
-        "id": "Pendulum-v1", "n_envs": 1, "wrappers": [{"entry_point": "sweeps.repro_envs:NanObservationsAfter",
-                                                         "kwargs": {"after": 300}}]},
-        total_timesteps=1024, seeds=1, hyperparams={"n_steps": 256})
+    spec = dict(
+        BROKEN,
+        name="nan_obs",
+        algo="PPO",
+        env={
+            "id": "Pendulum-v1",
+            "n_envs": 1,
+            "wrappers": [{"entry_point": "sweeps.repro_envs:NanObservationsAfter", "kwargs": {"after": 300}}],
+        },
+        total_timesteps=1024,
+        seeds=1,
+        hyperparams={"n_steps": 256},
+    )
     write_spec(spec)
     assert cli("run", "sweep.yaml").returncode == 0
     result = cli("repair", "nan_obs", "--max-attempts", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     (item,) = yaml.safe_load((workdir / "results" / "nan_obs" / "repairs.yaml").read_text())["repairs"]
-    assert item["status"] == "failed" and item["attempts_used"] == 2 and "no repair within 2 attempt(s)" in item["message"]
+    assert (
+        item["status"] == "failed" and item["attempts_used"] == 2 and "no repair within 2 attempt(s)" in item["message"]
+    )
     assert [a["verdict"] for a in item["attempts"]] == ["nan_scale", "nan_scale"]
     assert "failed: no repair within 2" in " ".join(result.stdout.split())
 
 
 def test_repair_refuses_unknown_trials_and_a_running_sweep(write_spec, cli, workdir):
-    write_spec(dict(BROKEN, name="tiny_ok", hyperparams={"n_steps": 5}, total_timesteps=500, seeds=1,
-                    stability={}))
+    write_spec(dict(BROKEN, name="tiny_ok", hyperparams={"n_steps": 5}, total_timesteps=500, seeds=1, stability={}))
     assert cli("run", "sweep.yaml").returncode == 0
     unknown = cli("repair", "tiny_ok", "--trial", "7")
     assert unknown.returncode == 2 and "trial 7 does not exist" in unknown.stderr
@@ -360,9 +449,19 @@ def test_repair_refuses_unknown_trials_and_a_running_sweep(write_spec, cli, work
 def test_repair_a_handed_over_config(write_spec, cli, workdir):
     """--spec with --trial-config: the config is trained as a one-trial sweep of its own, repaired if it
     fails (here it does not), and a config file that is not a mapping is refused with exit 2."""
-    write_spec(dict(BROKEN, name="handed", algo="PPO", env={"id": "CartPole-v1", "n_envs": 1}, seeds=1,
-                    total_timesteps=256, hyperparams={"n_steps": 64}, stability={},
-                    space={"learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}))
+    write_spec(
+        dict(
+            BROKEN,
+            name="handed",
+            algo="PPO",
+            env={"id": "CartPole-v1", "n_envs": 1},
+            seeds=1,
+            total_timesteps=256,
+            hyperparams={"n_steps": 64},
+            stability={},
+            space={"learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+        )
+    )
     (workdir / "config.yaml").write_text("hyperparams: {learning_rate: 0.0003, batch_size: 32}\n")
     done = cli("repair", "--spec", "sweep.yaml", "--trial-config", "config.yaml")
     assert done.returncode == 0, done.stderr[-2000:]

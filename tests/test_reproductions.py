@@ -3,6 +3,7 @@
 Each reproduction runs as a sweep from its file in conf/sweeps (2 seeds each, 2 workers), or, for
 the hand-written PPO, as the script in conf/repro with its TensorBoard log read by `rlsweep diagnose`.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ def _sweep(tmp_path: Path, conf: str, **overrides) -> dict[int, optuna.trial.Fro
     spec.update(overrides)
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / f"{conf}.yaml").write_text(yaml.safe_dump(spec))
-    result = subprocess.run([sys.executable, "-m", "sweeps", "run", f"{conf}.yaml", "--workers", "2"], cwd=tmp_path,
-                            env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "run", f"{conf}.yaml", "--workers", "2"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     study = optuna.load_study(study_name=spec["name"], storage=f"sqlite:///{tmp_path}/results/{spec['name']}/optuna.db")
     return {t.number: t for t in study.get_trials()}
@@ -39,11 +46,21 @@ def _seed_verdicts(trial: optuna.trial.FrozenTrial) -> list[str]:
 
 def test_a2c_report_ends_in_nan_scale_and_the_knobs_fix_it(tmp_path):
     # the report's setting, and the report's advice applied with rlsweep's knobs: two corners of the grid
-    broken = {"learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88], "normalize": {"reward": False}}
+    broken = {
+        "learning_rate": 0.1,
+        "max_grad_norm": "off",
+        "log_std_bounds": [-103, 88],
+        "normalize": {"reward": False},
+    }
     fixed = {"learning_rate": 7.0e-4, "max_grad_norm": 0.5, "log_std_bounds": [-5, 2], "normalize": {"reward": True}}
     for label, hyperparams in (("broken", broken), ("fixed", fixed)):
-        trial = _sweep(tmp_path / label, "repro_a2c_nan_scale", total_timesteps=12000, space={},
-                       hyperparams={"n_steps": 5, **hyperparams})[0]
+        trial = _sweep(
+            tmp_path / label,
+            "repro_a2c_nan_scale",
+            total_timesteps=12000,
+            space={},
+            hyperparams={"n_steps": 5, **hyperparams},
+        )[0]
         if label == "broken":
             assert _seed_verdicts(trial) == ["nan_scale", "nan_scale"]
             assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable"
@@ -58,13 +75,19 @@ def _diagnosed_again_from_mlflow(cwd: Path, verdict: str) -> None:
 
     uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("repro_a2c_nan_scale").experiment_id],
-                              filter_string="tags.`rlsweep.seed` != ''")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("repro_a2c_nan_scale").experiment_id], filter_string="tags.`rlsweep.seed` != ''"
+    )
     assert len(runs) == 2
     for run in runs:
         assert "Expected parameter" in run.data.tags["rlsweep.error"]
-        result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", run.info.run_id, "--tracking-uri", uri,
-                                 "--json"], capture_output=True, text=True, env=subprocess_env(), cwd=cwd)
+        result = subprocess.run(
+            [sys.executable, "-m", "sweeps", "diagnose", run.info.run_id, "--tracking-uri", uri, "--json"],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            cwd=cwd,
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["verdict"] == verdict
 
@@ -98,16 +121,33 @@ def _cleanrl(tmp_path: Path, runs: dict[str, tuple[int, tuple[str, ...]]]) -> di
     for name, (seed, flags) in runs.items():
         while sum(p.poll() is None for p in procs.values()) >= 2:
             time.sleep(0.2)
-        procs[name] = subprocess.Popen([sys.executable, str(REPO / "conf" / "repro" / "cleanrl_ppo.py"),
-                                        "--total-timesteps", "30000", "--seed", str(seed), "--logdir",
-                                        str(tmp_path / name), *flags], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, env=subprocess_env())
+        procs[name] = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "conf" / "repro" / "cleanrl_ppo.py"),
+                "--total-timesteps",
+                "30000",
+                "--seed",
+                str(seed),
+                "--logdir",
+                str(tmp_path / name),
+                *flags,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=subprocess_env(),
+        )
     reports = {}
     for name, proc in procs.items():
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-2000:]
-        result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / name), "--json"],
-                                capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / name), "--json"],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
         reports[name] = json.loads(result.stdout)
     return reports
@@ -117,8 +157,14 @@ def test_hand_written_ppo_weight_decay_freezes_policy_and_critic(tmp_path):
     """Adam's weight decay 0.1 pins the whole network: the policy barely moves (the corpus's policy
     snapshots put it under ~0.01 nats from its start) and the critic predicts a near-constant. The
     policy that does not move is the verdict; the pinned critic is found beside it."""
-    reports = _cleanrl(tmp_path, {"weight_decay_s1": (1, ("--weight-decay", "0.1")),
-                                  "weight_decay_s2": (2, ("--weight-decay", "0.1")), "clean_s1": (1, ())})
+    reports = _cleanrl(
+        tmp_path,
+        {
+            "weight_decay_s1": (1, ("--weight-decay", "0.1")),
+            "weight_decay_s2": (2, ("--weight-decay", "0.1")),
+            "clean_s1": (1, ()),
+        },
+    )
     for seed in (1, 2):
         report = reports[f"weight_decay_s{seed}"]
         assert report["verdict"] == "dead_policy_gradient"

@@ -1,4 +1,5 @@
 """The sweep spec: good specs load, bad ones are refused with the key path, exit 2, nothing written."""
+
 from __future__ import annotations
 
 import copy
@@ -30,32 +31,82 @@ DELETE = object()
 
 GOOD = [
     ("tiny", tiny_spec()),
-    ("grid over choices and int", tiny_spec(sampler={"kind": "grid"}, trials=None, space={
-        "stats_window_size": {"type": "int", "low": 1, "high": 3}, "gamma": {"type": "choice", "values": [0.9, 0.99]}})),
-    ("nested and dotted keys", tiny_spec(space={
-        "policy_kwargs": {"net_arch": {"type": "choice", "values": [[8], [16, 16]]}},
-        "policy_kwargs.activation_fn": {"type": "choice", "values": ["tanh", "relu"]}},
-        hyperparams={"n_steps": 64, "batch_size": 64})),
+    (
+        "grid over choices and int",
+        tiny_spec(
+            sampler={"kind": "grid"},
+            trials=None,
+            space={
+                "stats_window_size": {"type": "int", "low": 1, "high": 3},
+                "gamma": {"type": "choice", "values": [0.9, 0.99]},
+            },
+        ),
+    ),
+    (
+        "nested and dotted keys",
+        tiny_spec(
+            space={
+                "policy_kwargs": {"net_arch": {"type": "choice", "values": [[8], [16, 16]]}},
+                "policy_kwargs.activation_fn": {"type": "choice", "values": ["tanh", "relu"]},
+            },
+            hyperparams={"n_steps": 64, "batch_size": 64},
+        ),
+    ),
     ("fixed values in space", tiny_spec(space={"gamma": 0.95, "ent_coef": {"type": "fixed", "value": 0.01}})),
     ("explicit seeds", tiny_spec(seeds=[3, 7, 11])),
-    ("presets of whole configs", tiny_spec(sampler={"kind": "grid"}, trials=None, space={"preset": {
-        "type": "choice", "values": [{"learning_rate": 1e-3, "policy_kwargs": {"net_arch": [8]}},
-                                     {"learning_rate": "lin_3e-4", "max_grad_norm": "off", "clip_range": "lin_0.2"}]}})),
+    (
+        "presets of whole configs",
+        tiny_spec(
+            sampler={"kind": "grid"},
+            trials=None,
+            space={
+                "preset": {
+                    "type": "choice",
+                    "values": [
+                        {"learning_rate": 1e-3, "policy_kwargs": {"net_arch": [8]}},
+                        {"learning_rate": "lin_3e-4", "max_grad_norm": "off", "clip_range": "lin_0.2"},
+                    ],
+                }
+            },
+        ),
+    ),
     ("stability section", tiny_spec(stability={"stop_on": ["nan_scale", "dead_policy_gradient"]})),
     ("override keys", tiny_spec(stability={"override_keys": ["safety_stop", "intervened"]})),
     ("A2C", tiny_spec(algo="A2C", hyperparams={"n_steps": 8})),
     ("RecurrentPPO", tiny_spec(algo="RecurrentPPO", policy="MlpLstmPolicy")),
-    ("entry point env with kwargs", tiny_spec(env={"id": "tests.helpers:faulty_cartpole",
-                                                   "kwargs": {"fail_at_step": None}})),
-    ("wrappers", tiny_spec(env={"id": "CartPole-v1", "wrappers": [
-        "gymnasium.wrappers:RecordEpisodeStatistics",
-        {"entry_point": "gymnasium.wrappers:TimeLimit", "kwargs": {"max_episode_steps": 100}}]})),
-    ("env kwargs swept", tiny_spec(env={"id": "tests.helpers:faulty_cartpole"},
-                                   space={"env.kwargs.fail_at_step": {"type": "choice", "values": [None, 50]}})),
-    ("int with step and log int", tiny_spec(
-        hyperparams={"batch_size": 64, "policy_kwargs": {"net_arch": [8]}},
-        space={"n_steps": {"type": "int", "low": 32, "high": 128, "step": 32},
-               "n_epochs": {"type": "int", "low": 1, "high": 8, "log": True}})),
+    (
+        "entry point env with kwargs",
+        tiny_spec(env={"id": "tests.helpers:faulty_cartpole", "kwargs": {"fail_at_step": None}}),
+    ),
+    (
+        "wrappers",
+        tiny_spec(
+            env={
+                "id": "CartPole-v1",
+                "wrappers": [
+                    "gymnasium.wrappers:RecordEpisodeStatistics",
+                    {"entry_point": "gymnasium.wrappers:TimeLimit", "kwargs": {"max_episode_steps": 100}},
+                ],
+            }
+        ),
+    ),
+    (
+        "env kwargs swept",
+        tiny_spec(
+            env={"id": "tests.helpers:faulty_cartpole"},
+            space={"env.kwargs.fail_at_step": {"type": "choice", "values": [None, 50]}},
+        ),
+    ),
+    (
+        "int with step and log int",
+        tiny_spec(
+            hyperparams={"batch_size": 64, "policy_kwargs": {"net_arch": [8]}},
+            space={
+                "n_steps": {"type": "int", "low": 32, "high": 128, "step": 32},
+                "n_epochs": {"type": "int", "low": 1, "high": 8, "log": True},
+            },
+        ),
+    ),
     ("empty space", tiny_spec(space={})),
 ]
 
@@ -76,8 +127,13 @@ def test_yaml_exponent_without_dot_is_a_number(write_spec) -> None:
 
 
 def test_grid_trials_default_to_grid_size(write_spec) -> None:
-    data = tiny_spec(sampler={"kind": "grid"}, space={"stats_window_size": {"type": "int", "low": 1, "high": 3},
-                                                      "gamma": {"type": "choice", "values": [0.9, 0.99]}})
+    data = tiny_spec(
+        sampler={"kind": "grid"},
+        space={
+            "stats_window_size": {"type": "int", "low": 1, "high": 3},
+            "gamma": {"type": "choice", "values": [0.9, 0.99]},
+        },
+    )
     del data["trials"]
     assert spec_module.load(write_spec(data)).n_trials == 6
 
@@ -104,52 +160,123 @@ BAD = [
     ("unknown env id", _with("env.id", "CartPol-v1"), "env.id", "'CartPole-v1'"),
     ("unimportable entry point", _with("env.id", "no_such_module:make"), "env.id", "cannot import"),
     ("missing callable", _with("env.id", "tests.helpers:nothing_here"), "env.id", "no attribute"),
-    ("bad wrapper", _with("env.wrappers", ["gymnasium.wrappers:NoSuchWrapper"]), "env.wrappers.0",
-     "no attribute"),
-    ("inverted range", _with("space.learning_rate", {"type": "uniform", "low": 0.1, "high": 0.01}),
-     "space.learning_rate", "low < high"),
-    ("empty range", _with("space.learning_rate", {"type": "uniform", "low": 0.1, "high": 0.1}),
-     "space.learning_rate", "low < high"),
-    ("non-positive log range", _with("space.learning_rate", {"type": "loguniform", "low": 0, "high": 0.1}),
-     "space.learning_rate.low", "low > 0"),
-    ("unknown distribution", _with("space.learning_rate", {"type": "lognormal", "low": 1, "high": 2}),
-     "space.learning_rate.type", "not one of"),
-    ("range bound as text", _with("space.learning_rate", {"type": "uniform", "low": "small", "high": 1}),
-     "space.learning_rate.low", "finite number"),
+    ("bad wrapper", _with("env.wrappers", ["gymnasium.wrappers:NoSuchWrapper"]), "env.wrappers.0", "no attribute"),
+    (
+        "inverted range",
+        _with("space.learning_rate", {"type": "uniform", "low": 0.1, "high": 0.01}),
+        "space.learning_rate",
+        "low < high",
+    ),
+    (
+        "empty range",
+        _with("space.learning_rate", {"type": "uniform", "low": 0.1, "high": 0.1}),
+        "space.learning_rate",
+        "low < high",
+    ),
+    (
+        "non-positive log range",
+        _with("space.learning_rate", {"type": "loguniform", "low": 0, "high": 0.1}),
+        "space.learning_rate.low",
+        "low > 0",
+    ),
+    (
+        "unknown distribution",
+        _with("space.learning_rate", {"type": "lognormal", "low": 1, "high": 2}),
+        "space.learning_rate.type",
+        "not one of",
+    ),
+    (
+        "range bound as text",
+        _with("space.learning_rate", {"type": "uniform", "low": "small", "high": 1}),
+        "space.learning_rate.low",
+        "finite number",
+    ),
     ("empty choice", _with("space.gamma", {"type": "choice", "values": []}), "space.gamma.values", "non-empty"),
-    ("duplicate choices", _with("space.gamma", {"type": "choice", "values": [0.9, 0.9]}), "space.gamma.values",
-     "distinct"),
-    ("int with float bound", _with("space.stats_window_size", {"type": "int", "low": 1.5, "high": 4}),
-     "space.stats_window_size.low", "integer"),
-    ("int step does not divide", _with("space.stats_window_size", {"type": "int", "low": 1, "high": 4, "step": 2}),
-     "space.stats_window_size.step", "multiple"),
-    ("unknown key in distribution", _with("space.learning_rate", {"type": "uniform", "low": 0.1, "high": 1,
-                                                                  "lwo": 3}), "space.learning_rate.lwo", "allowed"),
-    ("unknown hyperparameter", _with("hyperparams.learnin_rate", 0.1), "hyperparams.learnin_rate",
-     "did you mean 'learning_rate'"),
-    ("unknown swept hyperparameter", _with("space.gama", {"type": "choice", "values": [0.9]}), "space.gama",
-     "did you mean 'gamma'"),
+    (
+        "duplicate choices",
+        _with("space.gamma", {"type": "choice", "values": [0.9, 0.9]}),
+        "space.gamma.values",
+        "distinct",
+    ),
+    (
+        "int with float bound",
+        _with("space.stats_window_size", {"type": "int", "low": 1.5, "high": 4}),
+        "space.stats_window_size.low",
+        "integer",
+    ),
+    (
+        "int step does not divide",
+        _with("space.stats_window_size", {"type": "int", "low": 1, "high": 4, "step": 2}),
+        "space.stats_window_size.step",
+        "multiple",
+    ),
+    (
+        "unknown key in distribution",
+        _with("space.learning_rate", {"type": "uniform", "low": 0.1, "high": 1, "lwo": 3}),
+        "space.learning_rate.lwo",
+        "allowed",
+    ),
+    (
+        "unknown hyperparameter",
+        _with("hyperparams.learnin_rate", 0.1),
+        "hyperparams.learnin_rate",
+        "did you mean 'learning_rate'",
+    ),
+    (
+        "unknown swept hyperparameter",
+        _with("space.gama", {"type": "choice", "values": [0.9]}),
+        "space.gama",
+        "did you mean 'gamma'",
+    ),
     ("managed hyperparameter", _with("hyperparams.seed", 3), "hyperparams.seed", "seeds"),
     ("set twice", _with("hyperparams.learning_rate", 0.001), "space.learning_rate", "one place"),
     ("unknown policy", _with("policy", "MLPPolicy"), "policy", "did you mean 'MlpPolicy'"),
     ("grid with continuous dim", _with("sampler.kind", "grid"), "space.learning_rate", "grid sampler"),
-    ("grid trials beyond size", _with("sampler.kind", "grid", _with("space", {"gamma": {
-        "type": "choice", "values": [0.9, 0.99]}})), "trials", "at most 2"),
-    ("bad activation", _with("hyperparams.policy_kwargs.activation_fn", "sigmoidish"),
-     "hyperparams.policy_kwargs.activation_fn", "not one of"),
+    (
+        "grid trials beyond size",
+        _with("sampler.kind", "grid", _with("space", {"gamma": {"type": "choice", "values": [0.9, 0.99]}})),
+        "trials",
+        "at most 2",
+    ),
+    (
+        "bad activation",
+        _with("hyperparams.policy_kwargs.activation_fn", "sigmoidish"),
+        "hyperparams.policy_kwargs.activation_fn",
+        "not one of",
+    ),
     ("seeds duplicated", _with("seeds", [1, 1]), "seeds", "distinct"),
     ("bad name", _with("name", "../escape"), "name", "letters"),
     ("space not a mapping", _with("space", [1, 2]), "space", "valid dictionary"),
-    ("sweeping other env keys", _with("space.env.n_envs", {"type": "choice", "values": [1, 2]}), "space.env",
-     "env.kwargs"),
-    ("preset not a choice of mappings", _with("space", {"preset": {"type": "choice", "values": [1, 2]}}),
-     "space.preset", "mappings of hyperparameters"),
-    ("unknown key in a preset", _with("space", {"preset": {"type": "choice", "values": [{"gama": 0.9}]}}),
-     "space.preset.values.0.gama", "did you mean 'gamma'"),
-    ("bad knob in a preset", _with("space", {"preset": {"type": "choice", "values": [{"max_grad_norm": -1}]}}),
-     "space.preset.values.0.max_grad_norm", "norm > 0"),
-    ("unknown stop_on class", _with("stability.stop_on", ["nan_scal"]), "stability.stop_on.0",
-     "did you mean 'nan_scale'"),
+    (
+        "sweeping other env keys",
+        _with("space.env.n_envs", {"type": "choice", "values": [1, 2]}),
+        "space.env",
+        "env.kwargs",
+    ),
+    (
+        "preset not a choice of mappings",
+        _with("space", {"preset": {"type": "choice", "values": [1, 2]}}),
+        "space.preset",
+        "mappings of hyperparameters",
+    ),
+    (
+        "unknown key in a preset",
+        _with("space", {"preset": {"type": "choice", "values": [{"gama": 0.9}]}}),
+        "space.preset.values.0.gama",
+        "did you mean 'gamma'",
+    ),
+    (
+        "bad knob in a preset",
+        _with("space", {"preset": {"type": "choice", "values": [{"max_grad_norm": -1}]}}),
+        "space.preset.values.0.max_grad_norm",
+        "norm > 0",
+    ),
+    (
+        "unknown stop_on class",
+        _with("stability.stop_on", ["nan_scal"]),
+        "stability.stop_on.0",
+        "did you mean 'nan_scale'",
+    ),
     ("bad clip_range schedule", _with("hyperparams.clip_range", "cos_0.2"), "hyperparams.clip_range", "lin_X"),
     ("top level is a list", "- 1\n- 2\n", "<top level>", "mapping"),
     ("empty file", "", "<top level>", "empty"),

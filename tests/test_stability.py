@@ -1,4 +1,5 @@
 """Detectors, verdicts and thresholds on constructed signal histories (no training)."""
+
 from __future__ import annotations
 
 import json
@@ -18,25 +19,35 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH_SCALE_ERROR = (
     "Traceback (most recent call last):\n  ...\nValueError: Expected parameter scale (Tensor of shape (1, 4)) of "
     "distribution Normal(loc: torch.Size([1, 4]), scale: torch.Size([1, 4])) to satisfy the constraint "
-    "GreaterThan(lower_bound=0.0), but found invalid values:\ntensor([[inf, inf, 0., 0.]])")
+    "GreaterThan(lower_bound=0.0), but found invalid values:\ntensor([[inf, inf, 0., 0.]])"
+)
 
 
 def ppo_history(n: int = 40, kl: float = 5e-3, clip: float = 0.1, **extra: list) -> History:
     """A PPO-like history; ``extra`` gives whole series (length n) to add or replace."""
     h = H(total_steps=n * 1000)
     for i in range(n):
-        values = {"approx_kl": kl, "clip_fraction": clip, "entropy": 0.6 - 0.005 * i + 0.01 * math.sin(i),
-                  "value_loss": 10.0 / (1 + i), "explained_variance": 0.8, "learning_rate": 3e-4,
-                  "pg_loss": -0.01, "ep_return": 20.0 + i}
+        values = {
+            "approx_kl": kl,
+            "clip_fraction": clip,
+            "entropy": 0.6 - 0.005 * i + 0.01 * math.sin(i),
+            "value_loss": 10.0 / (1 + i),
+            "explained_variance": 0.8,
+            "learning_rate": 3e-4,
+            "pg_loss": -0.01,
+            "ep_return": 20.0 + i,
+        }
         values |= {k: v[i] for k, v in extra.items()}
         h.add(1000 * (i + 1), values)
     return h
 
 
 def test_import_stays_light():
-    code = ("import sys, stability, stability.detectors, stability.readers; "
-            "print([m for m in ('torch', 'optuna', 'mlflow', 'ray', 'sweeps', 'stable_baselines3') "
-            "if m in sys.modules])")
+    code = (
+        "import sys, stability, stability.detectors, stability.readers; "
+        "print([m for m in ('torch', 'optuna', 'mlflow', 'ray', 'sweeps', 'stable_baselines3') "
+        "if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -115,8 +126,17 @@ def test_a2c_judged_without_kl():
     def a2c(entropy: list, actor: float) -> History:
         h = H(total_steps=40 * 400)
         for i in range(40):
-            h.add(400 * (i + 1), {"pg_loss": 15.0 * (-1) ** i, "value_loss": 50.0, "explained_variance": 0.5,
-                                 "entropy": entropy[i], "grad_norm": 10.0, "grad_norm_actor": actor})
+            h.add(
+                400 * (i + 1),
+                {
+                    "pg_loss": 15.0 * (-1) ** i,
+                    "value_loss": 50.0,
+                    "explained_variance": 0.5,
+                    "entropy": entropy[i],
+                    "grad_norm": 10.0,
+                    "grad_norm_actor": actor,
+                },
+            )
         return h
 
     assert classify(a2c([0.69] * 40, actor=1e-3)).verdict == "dead_policy_gradient"
@@ -126,9 +146,19 @@ def test_a2c_judged_without_kl():
 
 def test_dead_names_overrides_and_constant_rewards():
     n = 40
-    verdict = classify(ppo_history(n, kl=1e-7, clip=0.0, entropy=[2.77] * n, ep_return=[0.0] * n,
-                                   override_fraction=[0.8] * n,
-                                   reward_distinct=[1.0] * n, reward_std=[0.0] * n, reward_norm_std=[0.0] * n))
+    verdict = classify(
+        ppo_history(
+            n,
+            kl=1e-7,
+            clip=0.0,
+            entropy=[2.77] * n,
+            ep_return=[0.0] * n,
+            override_fraction=[0.8] * n,
+            reward_distinct=[1.0] * n,
+            reward_std=[0.0] * n,
+            reward_norm_std=[0.0] * n,
+        )
+    )
     # constant rewards in every episode: degenerate_reward explains the dead gradient, and ranks first
     assert verdict.verdict == "degenerate_reward"
     dead = next(f for f in verdict.findings if f.kind == "dead_policy_gradient")
@@ -139,8 +169,9 @@ def test_dead_names_overrides_and_constant_rewards():
 # --- stuck_value_loss -----------------------------------------------------------------------
 def test_flat_value_loss_with_zero_ev_is_stuck_and_names_weight_decay():
     n = 40
-    h = ppo_history(n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n,
-                    return_rms=[10.0] * n)
+    h = ppo_history(
+        n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n, return_rms=[10.0] * n
+    )
     h.context["weight_decay"] = 0.1
     verdict = classify(h)
     assert verdict.verdict == "stuck_value_loss"
@@ -176,18 +207,25 @@ def test_gradient_explosion_certain_after_three_hits():
 
 def test_constant_reward_without_return_spread_is_degenerate_but_cartpole_is_not():
     n = 30
-    flat = classify(ppo_history(n, reward_std=[0.0] * n, reward_mean=[0.0] * n, return_std=[0.3] * n,
-                                ep_return=[0.0] * n))
+    flat = classify(
+        ppo_history(n, reward_std=[0.0] * n, reward_mean=[0.0] * n, return_std=[0.3] * n, ep_return=[0.0] * n)
+    )
     assert flat.verdict == "degenerate_reward"
-    cartpole = classify(ppo_history(n, reward_std=[0.0] * n, reward_mean=[1.0] * n, return_std=[8.0] * n,
-                                    ep_return=[20.0 + (i % 5) for i in range(n)]))
+    cartpole = classify(
+        ppo_history(
+            n,
+            reward_std=[0.0] * n,
+            reward_mean=[1.0] * n,
+            return_std=[8.0] * n,
+            ep_return=[20.0 + (i % 5) for i in range(n)],
+        )
+    )
     assert cartpole.verdict == "healthy"
 
 
 def test_priority_nan_over_stuck():
     n = 40
-    h = ppo_history(n, value_loss=[50.0] * (n - 1) + [math.inf], explained_variance=[0.0] * n,
-                    return_rms=[10.0] * n)
+    h = ppo_history(n, value_loss=[50.0] * (n - 1) + [math.inf], explained_variance=[0.0] * n, return_rms=[10.0] * n)
     verdict = classify(h, final=True)
     assert verdict.verdict == "nan_scale"
     assert {f.kind for f in verdict.findings} >= {"nan_scale", "stuck_value_loss"}
@@ -201,12 +239,19 @@ def test_verdict_json_round_trip_with_non_finite_evidence():
 
 
 def test_from_scalars_maps_sb3_and_cleanrl_names():
-    sb3 = {"train/entropy_loss": [(64, -0.69), (128, -0.6)], "train/policy_gradient_loss": [(64, -0.01), (128, 0)],
-           "rollout/ep_rew_mean": [(64, 20.0), (128, 25.0)], "time/fps": [(64, 1000.0)]}
+    sb3 = {
+        "train/entropy_loss": [(64, -0.69), (128, -0.6)],
+        "train/policy_gradient_loss": [(64, -0.01), (128, 0)],
+        "rollout/ep_rew_mean": [(64, 20.0), (128, 25.0)],
+        "time/fps": [(64, 1000.0)],
+    }
     h = History.from_scalars(sb3)
     assert h.steps == [64, 128] and h.values("entropy") == [0.69, 0.6] and h.values("ep_return") == [20.0, 25.0]
-    clean = {"losses/entropy": [(512, 1.4), (1024, 1.3)], "losses/clipfrac": [(512, 0.1), (1024, 0.2)],
-             "charts/episodic_return": [(200, -1200.0), (400, -1100.0), (600, -1000.0)]}
+    clean = {
+        "losses/entropy": [(512, 1.4), (1024, 1.3)],
+        "losses/clipfrac": [(512, 0.1), (1024, 0.2)],
+        "charts/episodic_return": [(200, -1200.0), (400, -1100.0), (600, -1000.0)],
+    }
     h = History.from_scalars(clean)
     assert h.steps == [512, 1024]  # episodic returns join updates instead of adding updates
     assert h.values("entropy") == [1.4, 1.3] and h.values("ep_return") == [-1150.0, -1000.0]

@@ -1,4 +1,5 @@
 """StabilityCallback on real (tiny) SB3 training, stop_on in a sweep, and `rlsweep diagnose`."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ def test_callback_captures_every_update_including_the_last(algo):
     own = [d for _, d in writer.dumps if "stability/params_finite" in d or "stability/reward_std" in d]
     assert own and all("stability/log_std_min" not in d for d in own)  # Discrete: no log_std
     assert cb.history.values("reward_std")[0] == 0.0  # CartPole pays 1 per step...
-    assert cb.history.values("return_std")[0] > 0.0   # ...but its returns have spread
+    assert cb.history.values("return_std")[0] > 0.0  # ...but its returns have spread
     assert cb.verdict.verdict == "healthy"
 
 
@@ -68,7 +69,7 @@ def test_small_updates_are_grouped_and_averaged():
     model.learn(320, callback=cb, log_interval=1)
     logged = [d["train/policy_loss"] for _, d in writer.dumps if "train/policy_loss" in d]
     assert len(logged) == 20 and cb.history.steps == [64, 128, 192, 256, 320]
-    expected = [sum(logged[i:i + 4]) / 4 for i in range(0, 20, 4)]
+    expected = [sum(logged[i : i + 4]) / 4 for i in range(0, 20, 4)]
     assert cb.history.values("pg_loss") == pytest.approx(expected)
 
 
@@ -88,8 +89,17 @@ def test_crash_in_rollout_ends_as_nan_scale_with_the_torch_error():
 
 def test_stop_on_ends_a_dead_run_early():
     env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
-    model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=32, batch_size=32, n_epochs=2, learning_rate=1e-12,
-                policy_kwargs={"net_arch": [8]})
+    model = PPO(
+        "MlpPolicy",
+        env,
+        seed=0,
+        device="cpu",
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        learning_rate=1e-12,
+        policy_kwargs={"net_arch": [8]},
+    )
     cb = StabilityCallback(stop_on=["dead_policy_gradient"])
     model.learn(10_000, callback=cb)
     assert cb.stopped_by == "dead_policy_gradient"
@@ -99,18 +109,42 @@ def test_stop_on_ends_a_dead_run_early():
 
 def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
     env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
-    model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=2,
-                policy_kwargs={"net_arch": [16]}, tensorboard_log=str(tmp_path / "tb"))
+    model = PPO(
+        "MlpPolicy",
+        env,
+        seed=0,
+        device="cpu",
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        policy_kwargs={"net_arch": [16]},
+        tensorboard_log=str(tmp_path / "tb"),
+    )
     cb = StabilityCallback(min_update_steps=1)
     model.learn(1280, callback=cb, tb_log_name="run")
     h = cb.history
     assert len(h) == 10
-    for name in ("log_std_min", "log_std_max", "grad_norm", "grad_norm_actor", "grad_norm_critic",
-                 "grad_norm_log_std", "adv_std", "return_rms", "loc_abs_max", "params_finite"):
+    for name in (
+        "log_std_min",
+        "log_std_max",
+        "grad_norm",
+        "grad_norm_actor",
+        "grad_norm_critic",
+        "grad_norm_log_std",
+        "adv_std",
+        "return_rms",
+        "loc_abs_max",
+        "params_finite",
+    ):
         assert h.has(name), name
     assert h.values("log_std_max")[-1] == pytest.approx(float(model.policy.log_std.detach().max()))
-    result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
-                            capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["verdict"] == "healthy" and report["updates"] == 10
@@ -119,25 +153,41 @@ def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
 
 def test_diagnose_refuses_unreadable_input_cleanly(tmp_path):
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"this is not a tensorboard file at all")
-    bad = {"empty": b"", "truncated": b"\x18\x00\x00\x00\x00\x00\x00\x00\xa3\x7f\x4b\x22\x09\x00",
-           "noise": bytes(range(256)) * 16}
+    bad = {
+        "empty": b"",
+        "truncated": b"\x18\x00\x00\x00\x00\x00\x00\x00\xa3\x7f\x4b\x22\x09\x00",
+        "noise": bytes(range(256)) * 16,
+    }
     for name, data in bad.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "events.out.tfevents.1.host").write_bytes(data)
-    for args in ([str(tmp_path / "events.out.tfevents.1.host")], *([str(tmp_path / name)] for name in bad),
-                 ["0123456789abcdef0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"],
-                 [str(tmp_path / "missing")]):
-        result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", *args], capture_output=True, text=True,
-                                env=subprocess_env(), cwd=tmp_path)
+    for args in (
+        [str(tmp_path / "events.out.tfevents.1.host")],
+        *([str(tmp_path / name)] for name in bad),
+        ["0123456789abcdef0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"],
+        [str(tmp_path / "missing")],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "sweeps", "diagnose", *args],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            cwd=tmp_path,
+        )
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr and result.stderr.strip()
     assert not (tmp_path / "none.db").exists()
 
 
 def test_stop_on_in_a_sweep_prunes_with_the_verdict(tmp_path):
-    spec = tiny_spec("doomed", total_timesteps=4096, trials=2,
-                     space={"learning_rate": {"type": "choice", "values": [1e-12, 1e-3]}},
-                     sampler={"kind": "grid"}, stability={"stop_on": ["dead_policy_gradient"]})
+    spec = tiny_spec(
+        "doomed",
+        total_timesteps=4096,
+        trials=2,
+        space={"learning_rate": {"type": "choice", "values": [1e-12, 1e-3]}},
+        sampler={"kind": "grid"},
+        stability={"stop_on": ["dead_policy_gradient"]},
+    )
     spec["env"]["n_envs"] = 1
     spec["hyperparams"] |= {"n_steps": 32, "batch_size": 32, "n_epochs": 4, "policy_kwargs": {"net_arch": [64]}}
     (tmp_path / "doomed.yaml").write_text(yaml.safe_dump(spec))
@@ -157,13 +207,17 @@ def test_stop_on_in_a_sweep_prunes_with_the_verdict(tmp_path):
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("doomed")
-    found = client.search_runs([experiment.experiment_id],
-                               filter_string="tags.`stability.verdict` = 'dead_policy_gradient'")
+    found = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`stability.verdict` = 'dead_policy_gradient'"
+    )
     seeds = [r for r in found if "rlsweep.seed" in r.data.tags]
     # the first seed to be found dead ends the trial: its sibling, training beside it, is stopped at
     # its next update (cancelled), unless it reached the same verdict first
-    dead_trial = [r for r in client.search_runs([experiment.experiment_id]) if "rlsweep.seed" in r.data.tags
-                  and r.data.tags["rlsweep.trial"] == str(dead.number)]
+    dead_trial = [
+        r
+        for r in client.search_runs([experiment.experiment_id])
+        if "rlsweep.seed" in r.data.tags and r.data.tags["rlsweep.trial"] == str(dead.number)
+    ]
     cancelled = [r for r in dead_trial if r.data.tags["rlsweep.outcome"] == "skipped"]
     assert len(seeds) + len(cancelled) == 2 and len(found) == len(seeds) + 1 and seeds
     assert all("found dead_policy_gradient" in r.data.tags["rlsweep.cancelled"] for r in cancelled)
@@ -179,13 +233,20 @@ def test_stop_on_in_a_sweep_prunes_with_the_verdict(tmp_path):
         history = client.get_metric_history(run.info.run_id, "stability/params_finite")
         assert history and max(m.step for m in history) < 4096  # stopped early: budget saved
     status = _rlsweep(tmp_path, "status", "doomed")
-    assert status.returncode == 0 and "dead_policy_gradient 1" in status.stdout and "complete: 1, unstable: 1" in status.stdout
+    assert (
+        status.returncode == 0
+        and "dead_policy_gradient 1" in status.stdout
+        and "complete: 1, unstable: 1" in status.stdout
+    )
 
 
-@pytest.mark.parametrize("algo, kwargs, expect", [
-    (PPO, {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "normalize_advantage": False}, "dead_policy_gradient"),
-    (A2C, {"n_steps": 5}, None),
-])
+@pytest.mark.parametrize(
+    "algo, kwargs, expect",
+    [
+        (PPO, {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "normalize_advantage": False}, "dead_policy_gradient"),
+        (A2C, {"n_steps": 5}, None),
+    ],
+)
 def test_live_verdict_and_diagnose_of_the_same_log_agree(tmp_path, algo, kwargs, expect):
     """The callback's verdict during training and `rlsweep diagnose` on the log that run wrote are
     the same verdict: same records, same checks. (A plain SB3 log, without the callback's extra
@@ -210,8 +271,13 @@ def test_live_verdict_and_diagnose_of_the_same_log_agree(tmp_path, algo, kwargs,
     assert abs(len(offline.findings) - len(cb.verdict.findings)) <= 1
     if expect:
         assert cb.verdict.verdict == expect
-    result = subprocess.run([sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
-                            capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=tmp_path,
+    )
     report = json.loads(result.stdout)
     assert report["verdict"] == cb.verdict.verdict
     assert all("patches" in f for f in report["findings"])
@@ -226,8 +292,9 @@ def test_override_info_keys_are_configurable():
     from sweeps.repro_envs import OverrideActions
 
     env = make_vec_env(lambda: OverrideActions(gym.make("CartPole-v1"), prob=1.0, key="safety_stop"), n_envs=1, seed=0)
-    model = PPO("MlpPolicy", env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=1,
-                policy_kwargs={"net_arch": [8]})
+    model = PPO(
+        "MlpPolicy", env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=1, policy_kwargs={"net_arch": [8]}
+    )
     default, custom = StabilityCallback(), StabilityCallback(override_keys=["safety_stop"])
     model.learn(128, callback=[default, custom])
     assert custom.history.values("override_fraction")[0] == 1.0
@@ -238,8 +305,9 @@ def test_optimizer_class_by_name_builds_the_model(write_spec, cli):
     """A spec that validates builds its model: policy_kwargs.optimizer_class given as a name."""
     from sweeps import algos, knobs
 
-    built = knobs.build(PPO, "MlpPolicy", {"policy_kwargs": {"optimizer_class": "SGD",
-                                                             "optimizer_kwargs": {"momentum": 0.9}}})
+    built = knobs.build(
+        PPO, "MlpPolicy", {"policy_kwargs": {"optimizer_class": "SGD", "optimizer_kwargs": {"momentum": 0.9}}}
+    )
     model = PPO(built.policy, "CartPole-v1", device="cpu", **built.algo_kwargs)
     assert type(model.policy.optimizer).__name__ == "SGD"
     assert model.policy.optimizer.param_groups[0]["momentum"] == 0.9

@@ -1,4 +1,5 @@
 """End to end through the CLI: real SB3 training, a real MLflow SQLite store, a real Optuna study."""
+
 from __future__ import annotations
 
 import json
@@ -109,10 +110,16 @@ def test_ui_serves_the_store_on_localhost(tiny_sweep: Path) -> None:
 
 def test_crashing_trials_do_not_stop_the_sweep(tmp_path: Path) -> None:
     """Four ways a trial can die, each in its own trial, beside a healthy trial of each kind."""
-    data = tiny_spec("faulty", env={"id": "tests.helpers:faulty_cartpole", "n_envs": 1},
-                     space={"env.kwargs.how": {"type": "choice", "values": ["raise", "kill", "keyboard", "oom"]},
-                            "env.kwargs.fail_at_step": {"type": "choice", "values": [None, 40]}},
-                     sampler={"kind": "grid"}, trials=None)
+    data = tiny_spec(
+        "faulty",
+        env={"id": "tests.helpers:faulty_cartpole", "n_envs": 1},
+        space={
+            "env.kwargs.how": {"type": "choice", "values": ["raise", "kill", "keyboard", "oom"]},
+            "env.kwargs.fail_at_step": {"type": "choice", "values": [None, 40]},
+        },
+        sampler={"kind": "grid"},
+        trials=None,
+    )
     (tmp_path / "faulty.yaml").write_text(yaml.safe_dump(data))
     result = _rlsweep(tmp_path, "run", "faulty.yaml", "--workers", "2")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -120,8 +127,12 @@ def test_crashing_trials_do_not_stop_the_sweep(tmp_path: Path) -> None:
     trials = study.get_trials()
     assert len(trials) == 8
     parents, children = _runs(client, experiment.experiment_id)
-    expected = {"raise": "RuntimeError: env exploded at step 40", "kill": "WorkerDied",
-                "keyboard": "KeyboardInterrupt", "oom": "OutOfMemoryError: CUDA out of memory"}
+    expected = {
+        "raise": "RuntimeError: env exploded at step 40",
+        "kill": "WorkerDied",
+        "keyboard": "KeyboardInterrupt",
+        "oom": "OutOfMemoryError: CUDA out of memory",
+    }
     for how, message in expected.items():
         by_fault = {t.params["env.kwargs.fail_at_step"]: t for t in trials if t.params["env.kwargs.how"] == how}
         assert by_fault[None].state.name == "COMPLETE"
@@ -129,7 +140,9 @@ def test_crashing_trials_do_not_stop_the_sweep(tmp_path: Path) -> None:
         assert broken.state.name == "FAIL", how
         assert broken.user_attrs["rlsweep.outcome"] == "crashed"
         assert message in broken.user_attrs["rlsweep.error"], (how, broken.user_attrs["rlsweep.error"])
-        failed = [c for c in children if c.info.status == "FAILED" and c.data.tags["rlsweep.trial"] == str(broken.number)]
+        failed = [
+            c for c in children if c.info.status == "FAILED" and c.data.tags["rlsweep.trial"] == str(broken.number)
+        ]
         assert len(failed) == 2 and all(message in c.data.tags["rlsweep.error"] for c in failed), how
         assert [p.info.status for p in parents if p.data.tags["rlsweep.trial"] == str(broken.number)] == ["FAILED"]
 

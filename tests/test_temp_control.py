@@ -1,4 +1,5 @@
 """The staged temperature-control env that reproduces the RecurrentPPO dead-policy-gradient report."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -106,11 +107,14 @@ def test_same_seed_same_trajectory_and_different_seed_differs() -> None:
 DEFAULT_STAGES = ["pre"] * 8 + ["phase_change"] * 4 + ["post"] * 12
 
 
-@pytest.mark.parametrize("phase, overridden, rewarded", [
-    ("pretrain", {"phase_change"}, {"pre"}),
-    ("stage2_only", {"phase_change"}, {"post"}),
-    ("full", set(), {"pre", "phase_change", "post"}),
-])
+@pytest.mark.parametrize(
+    "phase, overridden, rewarded",
+    [
+        ("pretrain", {"phase_change"}, {"pre"}),
+        ("stage2_only", {"phase_change"}, {"post"}),
+        ("full", set(), {"pre", "phase_change", "post"}),
+    ],
+)
 def test_each_phase_sets_the_documented_stages(phase: str, overridden: set, rewarded: set) -> None:
     env = make_temp_control(phase=phase)
     _, _, infos = rollout(env, 0, lambda t: [2, 2])
@@ -146,7 +150,15 @@ def test_a_tiny_recurrent_ppo_learns_on_it() -> None:
     from sb3_contrib import RecurrentPPO
 
     env = make_temp_control(phase="pretrain")
-    model = RecurrentPPO("MultiInputLstmPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                         device="cpu", policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})
+    model = RecurrentPPO(
+        "MultiInputLstmPolicy",
+        env,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )
     model.learn(64)
     assert model.num_timesteps == 64

@@ -1,5 +1,6 @@
 """One verdict per run: sticky findings, both paths alike, short runs, causes before consequences,
 entropy collapse, and advice as knob patches computed from the run's own config."""
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,8 @@ def test_a_certain_finding_stays_when_a_decayed_learning_rate_would_excuse_it():
     # dead from the start; over the last updates a schedule takes the learning rate towards 0
     lr = [3e-4] * 30 + [3e-4 * (1 - (i + 1) / 10) * 0.04 for i in range(10)]
     h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=[20.0] * n, learning_rate=lr)
-    assert classify(h, final=True).verdict == "healthy"        # the end alone excuses it ...
-    assert judge(h).verdict == "dead_policy_gradient"           # ... the run's verdict does not
+    assert classify(h, final=True).verdict == "healthy"  # the end alone excuses it ...
+    assert judge(h).verdict == "dead_policy_gradient"  # ... the run's verdict does not
 
 
 def test_judge_replays_what_the_callback_saw():
@@ -39,8 +40,18 @@ def test_judge_replays_what_the_callback_saw():
 def test_short_runs_are_judged_and_say_so():
     h = History(total_steps=3 * 8192)
     for i, (loss, ev) in enumerate([(83.0, 0.0003), (84.0, 0.011), (79.0, 0.019)]):
-        h.add(8192 * (i + 1), {"value_loss": loss, "explained_variance": ev, "return_rms": 11.0, "approx_kl": 0.007,
-                               "clip_fraction": 0.05, "entropy": 0.69 - 0.01 * i, "ep_return": 22.0 + 4 * i})
+        h.add(
+            8192 * (i + 1),
+            {
+                "value_loss": loss,
+                "explained_variance": ev,
+                "return_rms": 11.0,
+                "approx_kl": 0.007,
+                "clip_fraction": 0.05,
+                "entropy": 0.69 - 0.01 * i,
+                "ep_return": 22.0 + 4 * i,
+            },
+        )
     verdict = judge(h)
     assert verdict.notes and "short run: 3 updates" in verdict.notes[0]
     # value loss ~70% of the returns' square after 3 updates: said, but as a warning (a critic
@@ -54,16 +65,28 @@ def test_a_critic_lagging_rising_returns_is_not_stuck():
     n = 40
     # value loss rises with the returns, EV near 0 in rollouts without an episode end, but the
     # loss is a few percent of the returns' square: a critic catching up, not a stuck one
-    h = ppo_history(n, value_loss=[30.0 + 2 * i for i in range(n)], explained_variance=[0.0005 * (-1) ** i for i in range(n)],
-                    return_rms=[20.0 + 1.5 * i for i in range(n)], ep_return=[20.0 + 5 * i for i in range(n)])
+    h = ppo_history(
+        n,
+        value_loss=[30.0 + 2 * i for i in range(n)],
+        explained_variance=[0.0005 * (-1) ** i for i in range(n)],
+        return_rms=[20.0 + 1.5 * i for i in range(n)],
+        ep_return=[20.0 + 5 * i for i in range(n)],
+    )
     assert judge(h).verdict == "healthy"
 
 
 def test_constant_rewards_since_a_later_rollout_do_not_hide_the_failure_that_caused_them():
     n = 40
     rewards = [0.3] * 10 + [0.0] * 30  # the policy reached the goal early on, then stopped moving
-    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=[0.5] * 10 + [0.0] * 30,
-                    reward_std=rewards, reward_mean=[0.0] * n)
+    h = ppo_history(
+        n,
+        kl=1e-7,
+        clip=0.0,
+        entropy=[1.386] * n,
+        ep_return=[0.5] * 10 + [0.0] * 30,
+        reward_std=rewards,
+        reward_mean=[0.0] * n,
+    )
     verdict = judge(h)
     assert verdict.verdict == "dead_policy_gradient"
     degenerate = next(f for f in verdict.findings if f.kind == "degenerate_reward")
@@ -73,14 +96,24 @@ def test_constant_rewards_since_a_later_rollout_do_not_hide_the_failure_that_cau
 def _discrete_history(entropy: list[float], returns: list[float]) -> History:
     h = History(total_steps=len(entropy) * 512, context={"continuous": False, "ent_coef": -0.3})
     for i, (e, r) in enumerate(zip(entropy, returns, strict=False)):
-        h.add(512 * (i + 1), {"entropy": e, "ep_return": r, "approx_kl": 1e-6, "clip_fraction": 0.0,
-                              "value_loss": 1.0, "explained_variance": 0.9, "learning_rate": 3e-4})
+        h.add(
+            512 * (i + 1),
+            {
+                "entropy": e,
+                "ep_return": r,
+                "approx_kl": 1e-6,
+                "clip_fraction": 0.0,
+                "value_loss": 1.0,
+                "explained_variance": 0.9,
+                "learning_rate": 3e-4,
+            },
+        )
     return h
 
 
 def test_entropy_collapse_is_a_premature_near_deterministic_policy_with_stalled_returns():
     n = 40
-    collapsed = [0.69 * 0.5 ** i for i in range(n)]
+    collapsed = [0.69 * 0.5**i for i in range(n)]
     verdict = judge(_discrete_history(collapsed, [20.0] + [9.4] * (n - 1)))
     assert verdict.verdict == "entropy_collapse"
     finding = verdict.findings[0]
@@ -94,22 +127,31 @@ def test_continuous_collapse_reads_std():
     n = 30
     h = History(total_steps=n * 1024, context={"continuous": True})
     for i in range(n):
-        h.add(1024 * (i + 1), {"std": 0.003, "entropy": -4.0, "ep_return": -1200.0 + (i % 3),
-                               "value_loss": 5.0, "explained_variance": 0.5})
+        h.add(
+            1024 * (i + 1),
+            {
+                "std": 0.003,
+                "entropy": -4.0,
+                "ep_return": -1200.0 + (i % 3),
+                "value_loss": 5.0,
+                "explained_variance": 0.5,
+            },
+        )
     assert judge(h).verdict == "entropy_collapse"
 
 
 @pytest.mark.parametrize("decay, expect", [(0.3, True), (0.0, False)])
 def test_patches_never_repeat_the_config(decay, expect):
     n = 40
-    h = ppo_history(n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n,
-                    return_rms=[8.0] * n)
+    h = ppo_history(
+        n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n, return_rms=[8.0] * n
+    )
     h.context.update(weight_decay=decay, norm_reward=False)
     finding = next(f for f in judge(h).findings if f.kind == "stuck_value_loss")
     patches = [p["patch"] for p in finding.patches]
     assert ({"weight_decay": 0.0} in patches) is expect
     assert all(p != {"weight_decay": decay} for p in patches)
-    assert finding.advice and all("—" in a for a in finding.advice[:len(patches)])
+    assert finding.advice and all("—" in a for a in finding.advice[: len(patches)])
 
 
 def test_nan_scale_patches_follow_the_config():

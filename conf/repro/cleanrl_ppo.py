@@ -30,6 +30,7 @@ over all minibatches.
     python conf/repro/cleanrl_ppo.py --total-timesteps 30000 --seed 1 --logdir results/repro/clean
     python conf/repro/cleanrl_ppo.py --dropout-in-forward --head-std 1.0 --weight-decay 0.1 ...
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,21 +67,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ent-coef", type=float, default=0.0)
     parser.add_argument("--vf-coef", type=float, default=0.5)
     parser.add_argument("--max-grad-norm", type=float, default=0.5)
-    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
-                        help="CleanRL's observation and reward normalisation (and clipping) wrappers")
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CleanRL's observation and reward normalisation (and clipping) wrappers",
+    )
     parser.add_argument("--logdir", default=None, help="TensorBoard folder (default results/repro_cleanrl/...)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     # the bugs of the report
-    parser.add_argument("--dropout-in-forward", action="store_true",
-                        help="BUG: nn.Dropout(0.2) built inside the action-sampling method (always training mode)")
-    parser.add_argument("--head-std", type=float, default=None,
-                        help="BUG when 1.0: init gain of both output heads (sets both options below)")
+    parser.add_argument(
+        "--dropout-in-forward",
+        action="store_true",
+        help="BUG: nn.Dropout(0.2) built inside the action-sampling method (always training mode)",
+    )
+    parser.add_argument(
+        "--head-std",
+        type=float,
+        default=None,
+        help="BUG when 1.0: init gain of both output heads (sets both options below)",
+    )
     parser.add_argument("--actor-head-std", type=float, default=0.01)
     parser.add_argument("--critic-head-std", type=float, default=1.0)
     parser.add_argument("--weight-decay", type=float, default=0.0, help="BUG when 0.1: Adam weight_decay")
-    parser.add_argument("--unassigned-to-device", action="store_true",
-                        help="BUG (harmless on CPU): x.to(device) without assigning the result")
+    parser.add_argument(
+        "--unassigned-to-device",
+        action="store_true",
+        help="BUG (harmless on CPU): x.to(device) without assigning the result",
+    )
     args = parser.parse_args(argv)
     if args.head_std is not None:
         args.actor_head_std = args.critic_head_std = args.head_std
@@ -113,18 +128,23 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    def __init__(self, obs_dim: int, act_dim: int, actor_head_std: float, critic_head_std: float,
-                 dropout_in_forward: bool) -> None:
+    def __init__(
+        self, obs_dim: int, act_dim: int, actor_head_std: float, critic_head_std: float, dropout_in_forward: bool
+    ) -> None:
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.ReLU(),
-            layer_init(nn.Linear(64, 128)), nn.ReLU(),
-            layer_init(nn.Linear(128, 64)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.ReLU(),
+            layer_init(nn.Linear(64, 128)),
+            nn.ReLU(),
+            layer_init(nn.Linear(128, 64)),
+            nn.ReLU(),
         )
         self.actor_mean = layer_init(nn.Linear(64, act_dim), std=actor_head_std)
         self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(64, 32)), nn.ReLU(),
+            layer_init(nn.Linear(64, 32)),
+            nn.ReLU(),
             layer_init(nn.Linear(32, 1), std=critic_head_std),
         )
         self.dropout_in_forward = dropout_in_forward
@@ -167,8 +187,10 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
     torch.set_num_threads(args.threads)
     logdir = Path(args.logdir or f"results/repro_cleanrl/{args.env_id}__s{args.seed}__{int(time.time())}")
     writer = SummaryWriter(str(logdir))
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
-        f"|{key}|{value}|" for key, value in sorted(vars(args).items())))
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in sorted(vars(args).items())),
+    )
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -178,7 +200,8 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
 
     envs = gym.vector.SyncVectorEnv(
         [make_env(args.env_id, args.gamma, args.normalize) for _ in range(args.num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     if not isinstance(envs.single_action_space, gym.spaces.Box):
         raise ValueError("only continuous actions")
     obs_dim = int(np.prod(envs.single_observation_space.shape))
@@ -222,8 +245,7 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device).view(-1)
             next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-            next_done = torch.as_tensor(np.logical_or(terminations, truncations), dtype=torch.float32,
-                                        device=device)
+            next_done = torch.as_tensor(np.logical_or(terminations, truncations), dtype=torch.float32, device=device)
             if args.unassigned_to_device:
                 next_obs.to(device)  # BUG: the result is thrown away
                 next_done.to(device)
@@ -260,7 +282,7 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
         for _epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start:start + args.minibatch_size]
+                mb_inds = b_inds[start : start + args.minibatch_size]
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
@@ -280,7 +302,8 @@ def main(argv: list[str] | None = None, hook: Any = None) -> None:
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
                     v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
                     v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                 else:

@@ -1,4 +1,5 @@
 """The detectors, one module per failure class (see ``conf/stability.yaml`` for thresholds)."""
+
 from stability.detectors._base import Detector
 from stability.detectors._dead_policy_gradient import DeadPolicyGradient
 from stability.detectors._degenerate_reward import DegenerateReward
@@ -7,8 +8,22 @@ from stability.detectors._exploding_updates import ExplodingUpdates
 from stability.detectors._nan_scale import NanScale
 from stability.detectors._stuck_value_loss import StuckValueLoss
 
-DETECTORS: tuple[Detector, ...] = (NanScale(), ExplodingUpdates(), DegenerateReward(), DeadPolicyGradient(),
-                                   StuckValueLoss(), EntropyCollapse())
+DETECTORS: tuple[Detector, ...] = (
+    NanScale(),
+    ExplodingUpdates(),
+    DegenerateReward(),
+    DeadPolicyGradient(),
+    StuckValueLoss(),
+    EntropyCollapse(),
+)
 
-__all__ = ["DETECTORS", "Detector", "DeadPolicyGradient", "DegenerateReward", "EntropyCollapse", "ExplodingUpdates", "NanScale",
-           "StuckValueLoss"]
+__all__ = [
+    "DETECTORS",
+    "Detector",
+    "DeadPolicyGradient",
+    "DegenerateReward",
+    "EntropyCollapse",
+    "ExplodingUpdates",
+    "NanScale",
+    "StuckValueLoss",
+]

@@ -1,4 +1,5 @@
 """What every detector is, and the few window helpers they share."""
+
 from __future__ import annotations
 
 import math

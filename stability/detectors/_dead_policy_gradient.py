@@ -13,6 +13,7 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,12 +66,18 @@ class DeadPolicyGradient(Detector):
         short = history.last_step < t["min_certain_steps"]
         if short:
             causes.insert(0, f"only {history.last_step} env steps: the policy may just not have moved yet")
-        return Finding(self.name, history.step_of(onset),
-                       "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
-                       if history.has("approx_kl") else
-                       "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0",
-                       evidence, advice.texts(patches) + _env_advice(causes), causes, certain=not short,
-                       patches=patches)
+        return Finding(
+            self.name,
+            history.step_of(onset),
+            "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
+            if history.has("approx_kl")
+            else "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0",
+            evidence,
+            advice.texts(patches) + _env_advice(causes),
+            causes,
+            certain=not short,
+            patches=patches,
+        )
 
 
 def _collapsed(history: History, t: dict[str, Any]) -> bool:
@@ -115,8 +122,9 @@ def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[s
     return False
 
 
-def _causes(history: History, w: int, t: dict[str, Any],
-            evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+def _causes(
+    history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]
+) -> tuple[list[str], list[dict[str, Any]]]:
     """Likely causes, and the knob patches that answer them (computed from the run's own config)."""
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
@@ -150,10 +158,18 @@ def _causes(history: History, w: int, t: dict[str, Any],
     if share is not None and share < t["actor_grad_share_max"]:
         causes.append(f"the actor gets {share:.2%} of the gradient norm; the critic dominates the clipped total")
         if not ctx.get("norm_reward"):
-            patches.append(advice.make(ctx, "normalize", {"reward": True}, "shrink the returns the critic's gradient scales with"))
+            patches.append(
+                advice.make(ctx, "normalize", {"reward": True}, "shrink the returns the critic's gradient scales with")
+            )
         vf = ctx.get("vf_coef")
-        patches.append(advice.make(ctx, "vf_coef", float(f"{(vf if vf else 0.5) / 10:.3g}"),
-                                   "a smaller critic share of the clipped gradient"))
+        patches.append(
+            advice.make(
+                ctx,
+                "vf_coef",
+                float(f"{(vf if vf else 0.5) / 10:.3g}"),
+                "a smaller critic share of the clipped gradient",
+            )
+        )
     ent = ctx.get("ent_coef")
     if isinstance(ent, (int, float)) and ent >= 0.1:
         causes.append(f"ent_coef {ent:g} rewards a uniform policy more than any return")
@@ -173,6 +189,8 @@ def _env_advice(causes: list[str]) -> list[str]:
     if any("constant" in c for c in causes):
         out.append("give the constant phases a shaped reward, or shorten them")
     if not causes:
-        out.append("no cause among the signals: look for weight decay on the actor, a saturated action head, "
-                   "or an actor learning rate that differs from the logged one")
+        out.append(
+            "no cause among the signals: look for weight decay on the actor, a saturated action head, "
+            "or an actor learning rate that differs from the logged one"
+        )
     return out

@@ -8,6 +8,7 @@ the dead gradient it makes). A
 constant per-step reward alone is not enough: CartPole pays +1 every step, and its signal is
 when episodes end, which shows in the episodes' returns.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,14 +38,22 @@ class DegenerateReward(Detector):
         # later: the policy stopped reaching what paid (a consequence of another failure, which then
         # leads the verdict); a warning here.
         from_start = flat == 0
-        return Finding(self.name, history.step_of(flat),
-                       f"every step of the last {len(history) - flat} rollouts paid the same reward ({value:.4g})",
-                       {"reward_mean_last": value, "reward_std_last": history.values("reward_std")[-1],
-                        "rollouts_flat": len(history) - flat},
-                       ["check the env's reward function and any stage/curriculum that pays a constant",
-                        "shorten constant-reward phases or give them a shaped reward"],
-                       [] if from_start else ["rewards varied in earlier rollouts: the policy stopped reaching them"],
-                       certain=from_start)
+        return Finding(
+            self.name,
+            history.step_of(flat),
+            f"every step of the last {len(history) - flat} rollouts paid the same reward ({value:.4g})",
+            {
+                "reward_mean_last": value,
+                "reward_std_last": history.values("reward_std")[-1],
+                "rollouts_flat": len(history) - flat,
+            },
+            [
+                "check the env's reward function and any stage/curriculum that pays a constant",
+                "shorten constant-reward phases or give them a shaped reward",
+            ],
+            [] if from_start else ["rewards varied in earlier rollouts: the policy stopped reaching them"],
+            certain=from_start,
+        )
 
     def _from_returns(self, history: History, t: dict[str, Any]) -> Finding | None:
         """A plain log has no reward statistics: every episode of the run, from the first logged
@@ -59,10 +68,16 @@ class DegenerateReward(Detector):
         kl = [v for v in history.values("approx_kl") if v == v]
         entropy = [v for v in history.values("entropy") if v == v]
         frozen = (bool(kl) and sorted(kl)[len(kl) // 2] < 1e-4) or (
-            not kl and len(entropy) > 1 and max(entropy) - min(entropy) <= 0.01 * max(abs(entropy[0]), 1e-8))
-        return Finding(self.name, history.step_of(0),
-                       f"every episode of the run returned the same total ({returns[0]:.4g})",
-                       {"ep_return": returns[0], "updates": len(history)},
-                       ["check the env's reward function and any stage/curriculum that pays a constant",
-                        "give the agent a reward it can change (shaping), or a start state that can reach it"],
-                       certain=not frozen)
+            not kl and len(entropy) > 1 and max(entropy) - min(entropy) <= 0.01 * max(abs(entropy[0]), 1e-8)
+        )
+        return Finding(
+            self.name,
+            history.step_of(0),
+            f"every episode of the run returned the same total ({returns[0]:.4g})",
+            {"ep_return": returns[0], "updates": len(history)},
+            [
+                "check the env's reward function and any stage/curriculum that pays a constant",
+                "give the agent a reward it can change (shaping), or a start state that can reach it",
+            ],
+            certain=not frozen,
+        )

@@ -11,6 +11,7 @@ Certain once ``min_progress`` of the budget is done (or at the end of a run of u
   returns (the untrained policy's), or it has fallen back by more than half of what the run
   gained at its best. A policy that converged by learning (a solved task) is not entropy collapse.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,19 +55,28 @@ class EntropyCollapse(Detector):
         if isinstance(ent_coef, (int, float)) and ent_coef < 0:
             causes.append(f"ent_coef {ent_coef:g} is negative: it rewards lower entropy")
         kl = history.values("approx_kl")
-        if kl and median(kl[:max(3, n // 5)]) > 0.05:
-            causes.append(f"early updates were large (approx_kl median {median(kl[:max(3, n // 5)]):.3g})")
+        if kl and median(kl[: max(3, n // 5)]) > 0.05:
+            causes.append(f"early updates were large (approx_kl median {median(kl[: max(3, n // 5)]):.3g})")
         if continuous and history.has("std") and history.values("std")[0] < t["std_max"]:
             causes.append("the Gaussian's std started near 0 (log_std_init or log_std_bounds keep it there)")
         patches = advice.collect(
-            advice.make(ctx, "ent_coef", 0.01 if continuous is False else 0.0,
-                        "an entropy bonus keeps the policy exploring") if not (isinstance(ent_coef, (int, float))
-                                                                              and ent_coef >= 0.01) else None,
+            advice.make(
+                ctx, "ent_coef", 0.01 if continuous is False else 0.0, "an entropy bonus keeps the policy exploring"
+            )
+            if not (isinstance(ent_coef, (int, float)) and ent_coef >= 0.01)
+            else None,
             advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller steps commit to an action more slowly"),
-            advice.make(ctx, "log_std_bounds", [-5, 2], "let the Gaussian's std grow back") if continuous else None)
-        return Finding(self.name, history.step_of(start),
-                       "the policy became near-deterministic early and its returns stall", evidence,
-                       advice.texts(patches), causes, patches=patches)
+            advice.make(ctx, "log_std_bounds", [-5, 2], "let the Gaussian's std grow back") if continuous else None,
+        )
+        return Finding(
+            self.name,
+            history.step_of(start),
+            "the policy became near-deterministic early and its returns stall",
+            evidence,
+            advice.texts(patches),
+            causes,
+            patches=patches,
+        )
 
     def _collapsed_from(self, history: History, t: dict[str, Any], continuous: bool) -> tuple[int, dict] | None:
         """Update index from which the policy has stayed near-deterministic, and the evidence."""
@@ -100,9 +110,9 @@ def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | 
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
     if len(returns) < 4:
         return None
-    first, late = median(returns[:3]), median(returns[-min(w, len(returns) // 2):])
+    first, late = median(returns[:3]), median(returns[-min(w, len(returns) // 2) :])
     k = max(3, min(w, len(returns) // 4))
-    best = max(median(returns[i:i + k]) for i in range(0, len(returns) - k + 1))
+    best = max(median(returns[i : i + k]) for i in range(0, len(returns) - k + 1))
     no_gain = late < first + t["min_gain"] * max(abs(first), 1e-8)
     fell_back = best > first and late < best - 0.5 * (best - first)
     if not (no_gain or fell_back):

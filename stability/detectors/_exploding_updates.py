@@ -6,6 +6,7 @@ times it, or an approx_kl above ``kl_max`` (the new policy barely resembles the 
 as hits; ``min_hits`` of them make it certain. Healthy runs do see gradient norms grow as
 returns grow, by 10-100x; three orders of magnitude is beyond that.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,10 +58,19 @@ class ExplodingUpdates(Detector):
             advice.lower_lr(ctx, lr[0] if lr else None, 10.0, "updates far larger than the run's own early ones"),
             advice.clip_grads(ctx, "cap the size of each update"),
             advice.make(ctx, "normalize", {"reward": True}, "large returns make large value-loss gradients")
-            if not ctx.get("norm_reward") else None)
-        return Finding(self.name, history.step_of(hits[0][0]),
-                       f"update size exploded ({', '.join(signals)} far above the run's own early level)",
-                       evidence, advice.texts(patches), _causes(history), certain=certain, patches=patches)
+            if not ctx.get("norm_reward")
+            else None,
+        )
+        return Finding(
+            self.name,
+            history.step_of(hits[0][0]),
+            f"update size exploded ({', '.join(signals)} far above the run's own early level)",
+            evidence,
+            advice.texts(patches),
+            _causes(history),
+            certain=certain,
+            patches=patches,
+        )
 
 
 def _causes(history: History) -> list[str]:

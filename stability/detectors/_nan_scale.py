@@ -5,6 +5,7 @@ on non-finite parameters or losses, on ``train/std`` of 0 or inf, and when log_s
 halfway to float32's exp() limits (exp overflows above ~88.7 and reaches 0 below ~-103).
 A warning before that, when log_std leaves the range any sensible policy uses.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,18 +33,29 @@ class NanScale(Detector):
             match = _TORCH_ARGUMENT.search(history.error)
             if match:  # onset: where log_std first left the sane range, else the crash itself
                 onset = _warning_onset(history, t, None)
-                return Finding(self.name, history.step_of(onset) if onset is not None else history.last_step,
-                               f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
-                               {"error": match.group(0)[:400]} | _log_std_evidence(history), advice_,
-                               _causes(history), patches=patches)
+                return Finding(
+                    self.name,
+                    history.step_of(onset) if onset is not None else history.last_step,
+                    f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
+                    {"error": match.group(0)[:400]} | _log_std_evidence(history),
+                    advice_,
+                    _causes(history),
+                    patches=patches,
+                )
         rules = [
             ("params_finite", lambda v: v < 1.0, "non-finite parameter after the update"),
             *[(name, lambda v: ~np.isfinite(v), f"{name} is not finite") for name in _LOSSES],
             ("std", lambda v: v == 0.0, "std is 0"),
-            ("log_std_max", lambda v: v > t["log_std_high"],
-             f"log_std above {t['log_std_high']:g} (std ~ {math.exp(t['log_std_high']):.2g})"),
-            ("log_std_min", lambda v: v < t["log_std_low"],
-             f"log_std below {t['log_std_low']:g} (std ~ {math.exp(t['log_std_low']):.2g})"),
+            (
+                "log_std_max",
+                lambda v: v > t["log_std_high"],
+                f"log_std above {t['log_std_high']:g} (std ~ {math.exp(t['log_std_high']):.2g})",
+            ),
+            (
+                "log_std_min",
+                lambda v: v < t["log_std_low"],
+                f"log_std below {t['log_std_low']:g} (std ~ {math.exp(t['log_std_low']):.2g})",
+            ),
             ("loc_abs_max", lambda v: ~np.isfinite(v) | (v > t["loc_high"]), f"|mean action| above {t['loc_high']:g}"),
         ]
         hits: list[tuple[int, str, float]] = []
@@ -55,13 +67,27 @@ class NanScale(Detector):
             index, what, value = min(hits, key=lambda h: h[0])
             warned = _warning_onset(history, t, index)
             onset = history.step_of(index if warned is None else warned)
-            return Finding(self.name, onset, what, {"first_value": value, "at_step": history.step_of(index)}
-                           | _log_std_evidence(history), advice_, _causes(history), patches=patches)
+            return Finding(
+                self.name,
+                onset,
+                what,
+                {"first_value": value, "at_step": history.step_of(index)} | _log_std_evidence(history),
+                advice_,
+                _causes(history),
+                patches=patches,
+            )
         warned = _warning_onset(history, t, None)
         if warned is not None:
-            return Finding(self.name, history.step_of(warned),
-                           "log_std is running towards float32's exp() limits", _log_std_evidence(history),
-                           advice_, _causes(history), certain=False, patches=patches)
+            return Finding(
+                self.name,
+                history.step_of(warned),
+                "log_std is running towards float32's exp() limits",
+                _log_std_evidence(history),
+                advice_,
+                _causes(history),
+                certain=False,
+                patches=patches,
+            )
         return None
 
 
@@ -100,12 +126,18 @@ def _causes(history: History) -> list[str]:
 def _patches(history: History) -> list[dict[str, Any]]:
     ctx = history.context
     lr = history.values("learning_rate")
-    gaussian = (history.has("log_std_max") or history.has("std") or ctx.get("continuous")
-                or bool(history.error and re.search(r"Expected parameter (scale|loc)", history.error)))
+    gaussian = (
+        history.has("log_std_max")
+        or history.has("std")
+        or ctx.get("continuous")
+        or bool(history.error and re.search(r"Expected parameter (scale|loc)", history.error))
+    )
     bounded = ctx.get("log_std_bounds")
     return advice.collect(
         advice.make(ctx, "log_std_bounds", [-5, 2], "keep exp(log_std) a usable number")
-        if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20) else None,
+        if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20)
+        else None,
         advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller updates"),
         advice.clip_grads(ctx, "clip the gradients that moved the parameters this far"),
-        advice.make(ctx, "normalize", {"reward": True}, "bring large or spiky rewards near 1"))
+        advice.make(ctx, "normalize", {"reward": True}, "bring large or spiky rewards near 1"),
+    )

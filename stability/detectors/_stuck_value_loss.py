@@ -18,6 +18,7 @@ stays at or below ``ev_max``, and the critic's error is large against what it fi
   the returns do not rise. Explained variance is never used alone: it is ~0 in healthy runs
   whose rollouts hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,12 @@ class StuckValueLoss(Detector):
         late = median(history.values("value_loss", last=w))
         evs = history.values("explained_variance", last=w)
         ev = median(evs)
-        evidence: dict[str, Any] = {"value_loss_first_window": early, "value_loss_last_window": late,
-                                    "explained_variance_median": ev, "window_updates": w}
+        evidence: dict[str, Any] = {
+            "value_loss_first_window": early,
+            "value_loss_last_window": late,
+            "explained_variance_median": ev,
+            "window_updates": w,
+        }
         if not (math.isfinite(early) and math.isfinite(late) and math.isfinite(ev)):
             return None
         if late < t["fall_ratio"] * early or ev > t["ev_max"]:
@@ -60,12 +65,11 @@ class StuckValueLoss(Detector):
                 return None
         else:
             scale = _discounted_scale(history, w)
-            episode = late / max(scale ** 2, 1e-12) if math.isfinite(scale) else math.nan
+            episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
             pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
             evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
             big = math.isfinite(episode) and episode >= t["relative_floor_episode"]
-            flat_critic = (history.has("approx_kl") and pinned >= t["pinned_share"]
-                           and not returns_rose(history, w))
+            flat_critic = history.has("approx_kl") and pinned >= t["pinned_share"] and not returns_rose(history, w)
             if not (big or flat_critic):
                 return None
         causes, patches = _causes(history, t, evidence)
@@ -73,11 +77,19 @@ class StuckValueLoss(Detector):
         # not fit yet may only need more of them (a smoke-test budget); a warning, never a stop.
         short = n < t["min_certain_updates"] or history.last_step < t["min_certain_steps"]
         if short:
-            causes.insert(0, f"only {n} updates over {history.last_step} steps: the critic may not have had "
-                             "the time to fit")
-        return Finding(self.name, history.step_of(n - w),
-                       f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
-                       evidence, advice.texts(patches), causes, certain=not short, patches=patches)
+            causes.insert(
+                0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
+            )
+        return Finding(
+            self.name,
+            history.step_of(n - w),
+            f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
+            evidence,
+            advice.texts(patches),
+            causes,
+            certain=not short,
+            patches=patches,
+        )
 
 
 def _discounted_scale(history: History, w: int) -> float:
@@ -92,11 +104,10 @@ def _discounted_scale(history: History, w: int) -> float:
     if not lengths:
         return abs(total)
     length, gamma = median(lengths), float(history.context.get("gamma", 0.99))
-    return abs(total / length) * (1 - gamma ** length) / (1 - gamma) if gamma < 1 else abs(total)
+    return abs(total / length) * (1 - gamma**length) / (1 - gamma) if gamma < 1 else abs(total)
 
 
-def _causes(history: History, t: dict[str, Any],
-            evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     ctx, causes = history.context, []
     patches: list[dict[str, Any] | None] = []
     decay = float(ctx.get("weight_decay", 0.0) or 0.0)
@@ -114,8 +125,10 @@ def _causes(history: History, t: dict[str, Any],
         patches.append(advice.make(ctx, "vf_coef", 0.5, "train the critic"))
     ev = evidence.get("explained_variance_median")
     if ev is not None and abs(ev) < 1e-3:
-        causes.append(f"the critic predicts a near-constant (explained variance {ev:.1e}): its weights are pinned "
-                      "or its output is saturated")
+        causes.append(
+            f"the critic predicts a near-constant (explained variance {ev:.1e}): its weights are pinned "
+            "or its output is saturated"
+        )
     head = ctx.get("value_head_weight_std")
     if head is not None and head > 0.5:
         causes.append(f"the value head starts large (weight std {head:.2g})")

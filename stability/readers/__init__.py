@@ -12,6 +12,7 @@ corrupt record that was skipped, an empty file next to good ones) returns what w
 emits a :class:`LogReadWarning`. Importing this package is cheap: the protobuf, tensorboard and
 mlflow imports happen inside the functions.
 """
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Metric histories and tags of one MLflow run. ``mlflow`` is imported only when called."""
+
 from __future__ import annotations
 
 import socket
@@ -35,13 +36,19 @@ def _check_store(uri: str, run_id: str) -> None:
         database = database[1:] if database.startswith("/") else database  # sqlite:///rel, sqlite:////abs
         database = database.split("?", 1)[0]
         if database and database != ":memory:" and not Path(database).is_file():
-            raise LogReadError(f"cannot read MLflow run {run_id!r}: the tracking store {shown!r} names the "
-                               f"SQLite database {database!r}, which does not exist", run_id)
+            raise LogReadError(
+                f"cannot read MLflow run {run_id!r}: the tracking store {shown!r} names the "
+                f"SQLite database {database!r}, which does not exist",
+                run_id,
+            )
     elif scheme in ("", "file") and not uri.startswith("databricks"):
         folder = urllib.request.url2pathname(parts.path) if scheme == "file" else uri
         if not Path(folder).is_dir():
-            raise LogReadError(f"cannot read MLflow run {run_id!r}: the tracking store {shown!r} is a local "
-                               f"folder that does not exist", run_id)
+            raise LogReadError(
+                f"cannot read MLflow run {run_id!r}: the tracking store {shown!r} is a local "
+                f"folder that does not exist",
+                run_id,
+            )
     elif scheme in ("http", "https") and parts.hostname:
         if urllib.request.getproxies().get(scheme) and not urllib.request.proxy_bypass(parts.hostname):
             return  # the request goes through a proxy; a direct probe says nothing
@@ -49,12 +56,16 @@ def _check_store(uri: str, run_id: str) -> None:
         try:
             socket.create_connection((parts.hostname, port), timeout=_PROBE_TIMEOUT_S).close()
         except OSError as exc:
-            raise LogReadError(f"cannot read MLflow run {run_id!r}: the tracking server {shown!r} is not "
-                               f"reachable ({type(exc).__name__}: {exc})", run_id) from exc
+            raise LogReadError(
+                f"cannot read MLflow run {run_id!r}: the tracking server {shown!r} is not "
+                f"reachable ({type(exc).__name__}: {exc})",
+                run_id,
+            ) from exc
 
 
-def read_mlflow_run(run_id: str, tracking_uri: str | None = None
-                    ) -> tuple[dict[str, list[tuple[int, float]]], dict[str, str]]:
+def read_mlflow_run(
+    run_id: str, tracking_uri: str | None = None
+) -> tuple[dict[str, list[tuple[int, float]]], dict[str, str]]:
     """The full history of every metric of run ``run_id`` (``{key: [(step, value), ...]}``,
     sorted by step, then by timestamp) and the run's tags (MLflow's own ``mlflow.*`` included).
 
@@ -67,8 +78,9 @@ def read_mlflow_run(run_id: str, tracking_uri: str | None = None
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
     except ImportError as exc:
-        raise LogReadError(f"cannot read MLflow run {run_id!r}: the 'mlflow' package is not importable "
-                           f"({exc})", run_id) from exc
+        raise LogReadError(
+            f"cannot read MLflow run {run_id!r}: the 'mlflow' package is not importable ({exc})", run_id
+        ) from exc
 
     uri = tracking_uri or mlflow.get_tracking_uri()
     shown = _redact(uri)
@@ -87,11 +99,20 @@ def read_mlflow_run(run_id: str, tracking_uri: str | None = None
         tags = {str(k): str(v) for k, v in run.data.tags.items()}
     except MlflowException as exc:
         if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            raise LogReadError(f"no MLflow run with id {run_id!r} in the tracking store {shown!r} (is the id "
-                               "complete, and is this the store the run logged to?)", run_id) from exc
-        raise LogReadError(f"cannot read MLflow run {run_id!r} from the tracking store {shown!r}: {step_name} "
-                           f"failed ({exc.error_code}: {exc.message})", run_id) from exc
+            raise LogReadError(
+                f"no MLflow run with id {run_id!r} in the tracking store {shown!r} (is the id "
+                "complete, and is this the store the run logged to?)",
+                run_id,
+            ) from exc
+        raise LogReadError(
+            f"cannot read MLflow run {run_id!r} from the tracking store {shown!r}: {step_name} "
+            f"failed ({exc.error_code}: {exc.message})",
+            run_id,
+        ) from exc
     except Exception as exc:  # sqlalchemy, requests, OS errors: the store itself is at fault
-        raise LogReadError(f"cannot read MLflow run {run_id!r} from the tracking store {shown!r}: {step_name} "
-                           f"failed ({type(exc).__name__}: {exc})", run_id) from exc
+        raise LogReadError(
+            f"cannot read MLflow run {run_id!r} from the tracking store {shown!r}: {step_name} "
+            f"failed ({type(exc).__name__}: {exc})",
+            run_id,
+        ) from exc
     return scalars, tags

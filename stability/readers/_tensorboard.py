@@ -12,6 +12,7 @@ the ``tensorboard`` package ships. A scalar is either the old ``simple_value`` f
 ``torch.utils.tensorboard.SummaryWriter.add_scalar`` writes) or a one-element numeric ``tensor``
 (TF2 ``tf.summary.scalar``, ``add_scalar(..., new_style=True)``).
 """
+
 from __future__ import annotations
 
 import struct
@@ -23,9 +24,9 @@ from typing import Any
 from stability.readers import LogReadError, LogReadWarning
 
 PATTERN = "events.out.tfevents.*"
-_HEADER = 12           # length (8) + its masked crc (4)
-_FOOTER = 4            # masked crc of the data
-_MAX_LISTED = 5        # problems spelled out in one message; the rest are counted
+_HEADER = 12  # length (8) + its masked crc (4)
+_FOOTER = 4  # masked crc of the data
+_MAX_LISTED = 5  # problems spelled out in one message; the rest are counted
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +62,7 @@ def masked_crc32c(data: bytes) -> int:
 # ---------------------------------------------------------------------------------------------
 # Record framing
 
+
 def _split_records(data: bytes) -> tuple[list[bytes], list[str]]:
     """The payloads of every intact record, and a description of each problem met."""
     payloads: list[bytes] = []
@@ -69,27 +71,35 @@ def _split_records(data: bytes) -> tuple[list[bytes], list[str]]:
     while pos < size:
         left = size - pos
         if left < _HEADER:
-            problems.append(f"truncated record at byte {pos} (the file ends {left} bytes into a "
-                            f"{_HEADER}-byte record header; was the writer killed, or is it still writing?)")
+            problems.append(
+                f"truncated record at byte {pos} (the file ends {left} bytes into a "
+                f"{_HEADER}-byte record header; was the writer killed, or is it still writing?)"
+            )
             break
-        header = data[pos:pos + 8]
+        header = data[pos : pos + 8]
         (length,) = struct.unpack("<Q", header)
         (header_crc,) = struct.unpack_from("<I", data, pos + 8)
         if masked_crc32c(header) != header_crc:
             if pos == 0:
-                problems.append("not a TensorBoard event file (its first 12 bytes are not a valid TFRecord "
-                                "header: the length checksum does not match)")
+                problems.append(
+                    "not a TensorBoard event file (its first 12 bytes are not a valid TFRecord "
+                    "header: the length checksum does not match)"
+                )
             else:
-                problems.append(f"corrupt record header at byte {pos} (length checksum mismatch); the "
-                                f"remaining {left} bytes of the file were skipped")
+                problems.append(
+                    f"corrupt record header at byte {pos} (length checksum mismatch); the "
+                    f"remaining {left} bytes of the file were skipped"
+                )
             break
         end = pos + _HEADER + length + _FOOTER
         if end > size:
-            problems.append(f"truncated record at byte {pos} (the record claims {length} data bytes but the "
-                            f"file ends {left - _HEADER} bytes later; was the writer killed, or is it still "
-                            "writing?)")
+            problems.append(
+                f"truncated record at byte {pos} (the record claims {length} data bytes but the "
+                f"file ends {left - _HEADER} bytes later; was the writer killed, or is it still "
+                "writing?)"
+            )
             break
-        payload = data[pos + _HEADER:pos + _HEADER + length]
+        payload = data[pos + _HEADER : pos + _HEADER + length]
         (data_crc,) = struct.unpack_from("<I", data, pos + _HEADER + length)
         if masked_crc32c(payload) != data_crc:
             problems.append(f"corrupt record at byte {pos} (data checksum mismatch); skipped it")
@@ -103,13 +113,32 @@ def _split_records(data: bytes) -> tuple[list[bytes], list[str]]:
 # Payloads
 
 _STRUCT_FORMATS = {  # TensorProto dtype -> struct format of one element in tensor_content
-    1: "<f", 2: "<d", 19: "<e", 3: "<i", 9: "<q", 4: "<B", 5: "<h", 6: "<b", 10: "<?", 17: "<H",
-    22: "<I", 23: "<Q",
+    1: "<f",
+    2: "<d",
+    19: "<e",
+    3: "<i",
+    9: "<q",
+    4: "<B",
+    5: "<h",
+    6: "<b",
+    10: "<?",
+    17: "<H",
+    22: "<I",
+    23: "<Q",
 }
 _BFLOAT16 = 14
 _REPEATED_FIELD = {  # TensorProto dtype -> the repeated field that holds its values
-    1: "float_val", 2: "double_val", 3: "int_val", 4: "int_val", 5: "int_val", 6: "int_val",
-    17: "int_val", 9: "int64_val", 10: "bool_val", 22: "uint32_val", 23: "uint64_val",
+    1: "float_val",
+    2: "double_val",
+    3: "int_val",
+    4: "int_val",
+    5: "int_val",
+    6: "int_val",
+    17: "int_val",
+    9: "int64_val",
+    10: "bool_val",
+    22: "uint32_val",
+    23: "uint64_val",
 }
 
 
@@ -194,8 +223,9 @@ def _read_file(path: Path, event_pb2: Any, decode_error: type[Exception]) -> _Fi
                 continue
             result.scalars.setdefault(tag, []).append((int(event.step), float(event.wall_time), number))
     if undecodable:
-        result.problems.append(f"{undecodable} record(s) with intact checksums did not decode as "
-                               "TensorBoard events; skipped them")
+        result.problems.append(
+            f"{undecodable} record(s) with intact checksums did not decode as TensorBoard events; skipped them"
+        )
     return result
 
 
@@ -223,7 +253,9 @@ def read_tensorboard(path: str | Path, *, strict: bool = False) -> dict[str, lis
             if not files:
                 raise LogReadError(
                     f"{source}: no TensorBoard event files ({PATTERN}) anywhere under this directory; was "
-                    "the run logging somewhere else, or killed before its first flush?", source)
+                    "the run logging somewhere else, or killed before its first flush?",
+                    source,
+                )
         elif root.exists():
             files = [root]
         else:
@@ -235,8 +267,11 @@ def read_tensorboard(path: str | Path, *, strict: bool = False) -> dict[str, lis
         from google.protobuf.message import DecodeError
         from tensorboard.compat.proto import event_pb2
     except ImportError as exc:
-        raise LogReadError(f"{source}: reading TensorBoard logs needs the 'tensorboard' package "
-                           f"(pip install tensorboard); importing it failed: {exc}", source) from exc
+        raise LogReadError(
+            f"{source}: reading TensorBoard logs needs the 'tensorboard' package "
+            f"(pip install tensorboard); importing it failed: {exc}",
+            source,
+        ) from exc
 
     results = [_read_file(f, event_pb2, DecodeError) for f in files]
     problems = [f"{r.path}: {p}" if len(files) > 1 else p for r in results for p in r.problems]
@@ -251,11 +286,18 @@ def read_tensorboard(path: str | Path, *, strict: bool = False) -> dict[str, lis
         if problems and not events:
             raise LogReadError(f"{where}: nothing could be read: {_summarise(problems)}", source)
         others = sorted(set().union(*(r.other_tags for r in results)))
-        found = (f"only non-scalar summaries, with tags {', '.join(others[:10])}"
-                 + (f" and {len(others) - 10} more" if len(others) > 10 else "")) if others \
+        found = (
+            (
+                f"only non-scalar summaries, with tags {', '.join(others[:10])}"
+                + (f" and {len(others) - 10} more" if len(others) > 10 else "")
+            )
+            if others
             else "no summaries at all"
-        message = (f"{where}: {events} event(s) read but none holds a scalar summary (found {found}); "
-                   "was anything logged with add_scalar / tf.summary.scalar?")
+        )
+        message = (
+            f"{where}: {events} event(s) read but none holds a scalar summary (found {found}); "
+            "was anything logged with add_scalar / tf.summary.scalar?"
+        )
         if problems:
             message += f" Problems met: {_summarise(problems)}"
         raise LogReadError(message, source)

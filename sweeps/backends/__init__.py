@@ -1,4 +1,5 @@
 """Where trials run. ``make(...)`` is the only way the driver gets a backend."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,9 @@ if TYPE_CHECKING:
 NAMES = ("local", "ray")
 
 
-def make(settings: BackendSpec, workers: int, warm_imports: tuple[str, ...] = (),
-         storage: Path | None = None) -> Backend:
+def make(
+    settings: BackendSpec, workers: int, warm_imports: tuple[str, ...] = (), storage: Path | None = None
+) -> Backend:
     """``workers``: the most jobs to run at once (local: exactly that many processes; ray: an upper
     bound on what the cluster's resources allow). ``warm_imports``: modules a worker imports as soon
     as it starts (the algorithm's package). ``storage``: the sweep's folder."""
@@ -25,9 +27,16 @@ def make(settings: BackendSpec, workers: int, warm_imports: tuple[str, ...] = ()
         from sweeps.backends._ray import RayBackend, RaySettings
 
         res = settings.resources_per_trial
-        return RayBackend(RaySettings(address=settings.address, cpu=res.cpu, gpu=res.gpu,
-                                      max_concurrent=settings.max_concurrent,
-                                      storage=storage / "ray" if storage else None), limit=workers)
+        return RayBackend(
+            RaySettings(
+                address=settings.address,
+                cpu=res.cpu,
+                gpu=res.gpu,
+                max_concurrent=settings.max_concurrent,
+                storage=storage / "ray" if storage else None,
+            ),
+            limit=workers,
+        )
     raise ValueError(f"backend '{settings.kind}' is not one of {', '.join(NAMES)}")
 
 

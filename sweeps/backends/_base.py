@@ -1,4 +1,5 @@
 """The backend contract: the driver submits seed jobs and polls events; nothing else crosses."""
+
 from __future__ import annotations
 
 import abc

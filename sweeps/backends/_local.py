@@ -5,6 +5,7 @@ not per trial. Each worker has its own task queue, so the driver always knows wh
 worker holds; a worker that dies (killed, segfault, OOM) is reported as a failed job and
 replaced.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -97,8 +98,9 @@ class LocalBackend(Backend):
         name = f"local-{self._serial}"
         tasks = self._ctx.Queue()
         cancelled = self._ctx.Array("q", [-1, -1], lock=False)  # the (trial, seed) the driver cancelled
-        proc = self._ctx.Process(target=_worker_main, args=(name, tasks, self._results, self._warm, cancelled),
-                                 name=name, daemon=True)
+        proc = self._ctx.Process(
+            target=_worker_main, args=(name, tasks, self._results, self._warm, cancelled), name=name, daemon=True
+        )
         proc.start()
         return {"name": name, "proc": proc, "tasks": tasks, "job": None, "cancelled": cancelled, "reason": ""}
 
@@ -126,8 +128,9 @@ class LocalBackend(Backend):
                 code = worker["proc"].exitcode
                 reason = f"worker process {worker['name']} died (exit code {code}"
                 reason += f", signal {-code})" if code is not None and code < 0 else ")"
-                events.append(Event("failed", worker["job"], {"type": "WorkerDied", "message": reason,
-                                                              "traceback": ""}))
+                events.append(
+                    Event("failed", worker["job"], {"type": "WorkerDied", "message": reason, "traceback": ""})
+                )
                 self._workers[i] = self._spawn()
         return events
 

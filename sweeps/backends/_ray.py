@@ -13,6 +13,7 @@ seconds, so training never waits on the driver.
 Retries of jobs whose worker died are the driver's (``backend.max_failures``), the same on every
 backend; Tune's own ``max_failures`` stays 0 so no trial runs twice behind the driver's back.
 """
+
 from __future__ import annotations
 
 import base64
@@ -47,7 +48,7 @@ class _Channel:
     jobs: queue.Queue[TrialConfig] = field(default_factory=queue.Queue)
     events: queue.Queue[Event] = field(default_factory=queue.Queue)
     closing: threading.Event = field(default_factory=threading.Event)
-    tune_ids: dict[str, tuple[int, int]] = field(default_factory=dict)   # Tune trial id -> job key
+    tune_ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # Tune trial id -> job key
     cancelled: dict[tuple[int, int], str] = field(default_factory=dict)  # job key -> reason
     ended: set[tuple[int, int]] = field(default_factory=set)
 
@@ -175,12 +176,21 @@ def run_job(tune_config: dict[str, Any]) -> None:
     job: TrialConfig = tune_config["job"]
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
     gpu_ids = ray.get_gpu_ids()
-    job = replace(job, device=trial.resolve_device(job.device, gpu_assigned=bool(gpu_ids)),
-                  torch_threads=max(1, int(cpus)))
+    job = replace(
+        job, device=trial.resolve_device(job.device, gpu_assigned=bool(gpu_ids)), torch_threads=max(1, int(cpus))
+    )
     reporter = _TuneReporter()
-    reporter.send("started", {"worker": f"ray:{ray.util.get_node_ip_address()}:{os.getpid()}", "pid": os.getpid(),
-                              "device": job.device, "gpu_ids": [str(g) for g in gpu_ids],
-                              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}, now=True)
+    reporter.send(
+        "started",
+        {
+            "worker": f"ray:{ray.util.get_node_ip_address()}:{os.getpid()}",
+            "pid": os.getpid(),
+            "device": job.device,
+            "gpu_ids": [str(g) for g in gpu_ids],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        },
+        now=True,
+    )
     try:
         result = trial.run(job, reporter).to_dict()
     except (Exception, KeyboardInterrupt) as exc:  # a trial may raise anything; the sweep goes on
@@ -202,11 +212,11 @@ def decode_result(payload: dict[str, Any]) -> dict[str, Any]:
 # --- the backend ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RaySettings:
-    address: str | None = None       # None: start a local instance for this sweep
-    cpu: float = 1.0                 # per trial seed
+    address: str | None = None  # None: start a local instance for this sweep
+    cpu: float = 1.0  # per trial seed
     gpu: float = 0.0
     max_concurrent: int | None = None
-    storage: Path | None = None      # Tune's experiment folder (results/NAME/ray)
+    storage: Path | None = None  # Tune's experiment folder (results/NAME/ray)
 
 
 class RayBackend(Backend):
@@ -240,8 +250,12 @@ class RayBackend(Backend):
                 # workers on this machine import what the driver can (entry points of the spec included)
                 path = os.pathsep.join([os.getcwd(), *(p for p in sys.path if p and Path(p).is_dir())])
                 self._reaper = Reaper()  # the instance's processes die with the driver, however it ends
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                         runtime_env={"env_vars": {"PYTHONPATH": path}}, **quiet)
+                ray.init(
+                    num_cpus=os.cpu_count() or 1,
+                    include_dashboard=False,
+                    runtime_env={"env_vars": {"PYTHONPATH": path}},
+                    **quiet,
+                )
                 self._reaper.track()
             else:  # a cluster's nodes need rlsweep (and the spec's entry points) installed
                 ray.init(address=s.address, **quiet)
@@ -250,17 +264,20 @@ class RayBackend(Backend):
                 self._reaper.close()
                 self._reaper = None
             where = "start a local Ray instance" if s.address is None else f"connect to Ray at '{s.address}'"
-            raise UsageError(f"cannot {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
-                             f"Check 'backend.address' (null starts a local instance; 'auto' joins the cluster "
-                             f"this machine belongs to; 'ray://HOST:10001' a remote one).") from None
+            raise UsageError(
+                f"cannot {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
+                f"Check 'backend.address' (null starts a local instance; 'auto' joins the cluster "
+                f"this machine belongs to; 'ray://HOST:10001' a remote one)."
+            ) from None
         self._started_ray = True  # ours to shut down (a local instance) or disconnect from (a cluster)
 
     def _capacity(self, limit: int | None) -> int:
         """How many jobs can run at once, from what each alive node offers. A request no node can
         ever meet is refused here: Ray would leave such trials PENDING forever."""
         s = self.settings
-        offers = [(n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0))
-                  for n in ray.nodes() if n.get("Alive")]
+        offers = [
+            (n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0)) for n in ray.nodes() if n.get("Alive")
+        ]
         slots = 0
         for cpu, gpu in offers:
             fit = math.floor(cpu / s.cpu + 1e-9)
@@ -269,9 +286,11 @@ class RayBackend(Backend):
             slots += fit
         if slots == 0:
             have = "; ".join(f"CPU {c:g}, GPU {g:g}" for c, g in offers) or "no alive nodes"
-            raise UsageError(f"backend.resources_per_trial asks for cpu {s.cpu:g} and gpu {s.gpu:g} per trial, but "
-                             f"no node of the Ray cluster has that much ({have}). Ray would leave every trial "
-                             f"waiting forever. Lower 'backend.resources_per_trial' or add a node that has it.")
+            raise UsageError(
+                f"backend.resources_per_trial asks for cpu {s.cpu:g} and gpu {s.gpu:g} per trial, but "
+                f"no node of the Ray cluster has that much ({have}). Ray would leave every trial "
+                f"waiting forever. Lower 'backend.resources_per_trial' or add a node that has it."
+            )
         for bound in (s.max_concurrent, limit):
             if bound:
                 slots = min(slots, bound)
@@ -286,13 +305,24 @@ class RayBackend(Backend):
         storage.mkdir(parents=True, exist_ok=True)
         tuner = tune.Tuner(
             tune.with_resources(run_job, resources),
-            tune_config=tune.TuneConfig(search_alg=Feed(self._id), num_samples=-1, reuse_actors=True,
-                                        max_concurrent_trials=self.capacity,
-                                        trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
-            run_config=tune.RunConfig(storage_path=str(storage), name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
-                                      callbacks=[Relay(self._id)], stop=VerdictStopper(self._id), verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=0),
-                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+            tune_config=tune.TuneConfig(
+                search_alg=Feed(self._id),
+                num_samples=-1,
+                reuse_actors=True,
+                max_concurrent_trials=self.capacity,
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(storage),
+                name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
+                callbacks=[Relay(self._id)],
+                stop=VerdictStopper(self._id),
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            ),
+        )
         self._tune_error: BaseException | None = None
 
         def fit() -> None:

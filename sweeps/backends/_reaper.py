@@ -6,6 +6,7 @@ SIGKILL, re-parented to init. The :class:`Reaper` is a small watchdog process, i
 its own, that the driver tells about every process below it; when the driver's pipe to it
 closes without a goodbye (the driver died), it kills those processes and exits.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,7 @@ def process_table() -> dict[int, tuple[int, str, str]]:
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
+                fields = stat[stat.rindex(")") + 2 :].split()
                 table[int(entry.name)] = (int(fields[1]), fields[19], fields[0])
             except (OSError, ValueError, IndexError):
                 continue
@@ -71,9 +72,14 @@ class Reaper:
         self._sent: set[tuple[int, str]] = set()
         self._proc: subprocess.Popen | None = None
         if sys.platform.startswith("linux"):
-            self._proc = subprocess.Popen([sys.executable, "-c", _WATCHDOG], stdin=subprocess.PIPE, text=True,
-                                          start_new_session=True, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG],
+                stdin=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
     def track(self) -> None:
         """Tell the watchdog about processes started below the driver since the last call."""

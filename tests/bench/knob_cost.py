@@ -4,6 +4,7 @@ Runs in one process, alternating the two variants so machine noise hits both ali
 one JSON object with the per-run seconds and the ratio of medians.
     python knob_cost.py [REPEAT] [STEPS]
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ from stable_baselines3.common.env_util import make_vec_env
 from stability.gradients import GradNormMonitor, grad_norm_callback
 from sweeps.policies import BoundedActorCriticPolicy
 
-HYPERPARAMS = dict(n_steps=1024, batch_size=64, n_epochs=10, gamma=0.9, learning_rate=1e-3,
-                   policy_kwargs={"net_arch": [64, 64]})
+HYPERPARAMS = dict(
+    n_steps=1024, batch_size=64, n_epochs=10, gamma=0.9, learning_rate=1e-3, policy_kwargs={"net_arch": [64, 64]}
+)
 
 
 def train(with_knobs: bool, steps: int) -> tuple[float, float]:
@@ -44,14 +46,22 @@ def main(repeat: int, steps: int) -> None:
     runs: dict[str, list[tuple[float, float]]] = {"plain": [], "knobs": []}
     train(False, 2048)  # warm-up
     for i in range(repeat):  # alternate which variant goes first
-        for variant in (("plain", "knobs") if i % 2 == 0 else ("knobs", "plain")):
+        for variant in ("plain", "knobs") if i % 2 == 0 else ("knobs", "plain"):
             runs[variant].append(train(variant == "knobs", steps))
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
-    print(json.dumps({
-        "steps": steps, "repeat": repeat,
-        "plain_s": [round(w, 3) for w, _ in runs["plain"]], "knobs_s": [round(w, 3) for w, _ in runs["knobs"]],
-        "ratio_wall": round(med["knobs"][0] / med["plain"][0], 4),
-        "ratio_cpu": round(med["knobs"][1] / med["plain"][1], 4), "target": "<= 1.02"}))
+    print(
+        json.dumps(
+            {
+                "steps": steps,
+                "repeat": repeat,
+                "plain_s": [round(w, 3) for w, _ in runs["plain"]],
+                "knobs_s": [round(w, 3) for w, _ in runs["knobs"]],
+                "ratio_wall": round(med["knobs"][0] / med["plain"][0], 4),
+                "ratio_cpu": round(med["knobs"][1] / med["plain"][1], 4),
+                "target": "<= 1.02",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

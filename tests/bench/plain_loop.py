@@ -3,6 +3,7 @@
 Usage: python plain_loop.py SPEC.yaml — trains every grid point of SPEC's space with seed 0,
 exactly as a user would by hand: make_vec_env, PPO(...).learn, evaluate_policy.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -26,8 +27,13 @@ def main(path: str) -> None:
         model = PPO("MlpPolicy", env, seed=0, device="cpu", verbose=0, **hyperparams)
         model.learn(total_timesteps=spec["total_timesteps"], log_interval=1)
         eval_env = make_vec_env(spec["env"]["id"], n_envs=1, seed=1_000_000)
-        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=spec["objective"]["eval_episodes"],
-                                     deterministic=True, return_episode_rewards=True)
+        returns, _ = evaluate_policy(
+            model,
+            eval_env,
+            n_eval_episodes=spec["objective"]["eval_episodes"],
+            deterministic=True,
+            return_episode_rewards=True,
+        )
         print(values, sum(returns) / len(returns), flush=True)
 
 

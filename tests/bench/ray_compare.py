@@ -8,6 +8,7 @@
 
     python tests/bench/ray_compare.py REPEAT   -> one JSON line on stdout
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ def whole_command(kind: str) -> float:
     cwd = Path(tempfile.mkdtemp(prefix="rlsweep-bench-ray-"))
     try:
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "sweeps", "run", str(SPEC), "--backend", kind, "--workers", "2"],
-                              cwd=cwd, capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+        done = subprocess.run(
+            [sys.executable, "-m", "sweeps", "run", str(SPEC), "--backend", kind, "--workers", "2"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, COLUMNS="200"),
+        )
         if done.returncode != 0:
             raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
         return round(time.perf_counter() - started, 2)
@@ -45,8 +51,9 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
     spec = spec_module.from_dict(spec_module.load(SPEC).model_dump(mode="json") | {"total_timesteps": 4096})
     jobs = []
     for number in range(n_jobs):
-        jobs += driver.trial_configs(spec, number, {"learning_rate": 1e-3, "gamma": 0.99}, [0],
-                                     driver.stability_settings(spec))[1]
+        jobs += driver.trial_configs(
+            spec, number, {"learning_rate": 1e-3, "gamma": 0.99}, [0], driver.stability_settings(spec)
+        )[1]
     folder = Path(tempfile.mkdtemp(prefix="rlsweep-bench-ray-"))
     made = time.perf_counter()
     backend = backends.make(BackendSpec(kind=kind), 2, warm_imports=("stable_baselines3",), storage=folder)
@@ -79,10 +86,15 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
         if w in last_end:  # not this worker's first job: imports are paid
             overheads.append(ended[key] - last_end[w] - busy[key])
         last_end[w] = ended[key]
-    return {"startup_s": round(startup, 2), "shutdown_s": round(shutdown, 2), "jobs": n_jobs,
-            "overhead_median_s": round(statistics.median(overheads), 3),
-            "overhead_max_s": round(max(overheads), 3), "workers": len(set(worker.values())),
-            "train_eval_s_per_job": round(statistics.median(busy.values()), 3)}
+    return {
+        "startup_s": round(startup, 2),
+        "shutdown_s": round(shutdown, 2),
+        "jobs": n_jobs,
+        "overhead_median_s": round(statistics.median(overheads), 3),
+        "overhead_max_s": round(max(overheads), 3),
+        "workers": len(set(worker.values())),
+        "train_eval_s_per_job": round(statistics.median(busy.values()), 3),
+    }
 
 
 def main() -> None:
@@ -94,12 +106,21 @@ def main() -> None:
     per_job = {kind: job_overheads(kind) for kind in ("local", "ray")}
     # what the gap is made of: fixed costs, and training itself running slower beside Ray's processes
     slower = per_job["ray"]["train_eval_s_per_job"] / per_job["local"]["train_eval_s_per_job"]
-    print(json.dumps({"sweep": "8 configs x 2 seeds x 20k steps, PPO CartPole, 2 at once",
-                      "local_s": local, "ray_s": ray,
-                      "ratio_ray_over_local": round(statistics.median(ray) / statistics.median(local), 3),
-                      "target_ratio": "<= 1.15", "per_job": per_job,
-                      "train_eval_ratio_ray_over_local": round(slower, 3), "target_overhead": "<= 1 s after warm-up",
-                      "cpus": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "sweep": "8 configs x 2 seeds x 20k steps, PPO CartPole, 2 at once",
+                "local_s": local,
+                "ray_s": ray,
+                "ratio_ray_over_local": round(statistics.median(ray) / statistics.median(local), 3),
+                "target_ratio": "<= 1.15",
+                "per_job": per_job,
+                "train_eval_ratio_ray_over_local": round(slower, 3),
+                "target_overhead": "<= 1 s after warm-up",
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

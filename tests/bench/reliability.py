@@ -6,6 +6,7 @@ runs again.
 
     python tests/bench/reliability.py [KILLS]   -> one JSON line on stdout
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,16 @@ LRS = [1e-4, 2e-4, 3e-4, 5e-4, 7e-4, 1e-3, 2e-3, 3e-3]
 
 
 def _grid(name: str, **over) -> dict:
-    return tiny_spec(name, total_timesteps=4096, seeds=1, trials=None, objective={"eval_episodes": 1},
-                     space={"learning_rate": {"type": "choice", "values": LRS}}, sampler={"kind": "grid"}, **over)
+    return tiny_spec(
+        name,
+        total_timesteps=4096,
+        seeds=1,
+        trials=None,
+        objective={"eval_episodes": 1},
+        space={"learning_rate": {"type": "choice", "values": LRS}},
+        sampler={"kind": "grid"},
+        **over,
+    )
 
 
 def _ledger(cwd: Path, name: str) -> dict:
@@ -50,9 +59,11 @@ def _ledger(cwd: Path, name: str) -> dict:
     parents, _ = split_runs(client, experiment.experiment_id)
     finished_runs = sorted(int(r.data.tags["rlsweep.trial"]) for r in parents if r.info.status == "FINISHED")
     configs = [t.params["learning_rate"] for t in complete]
-    return {"complete": {t.number: t.params["learning_rate"] for t in complete},
-            "repeated": len(configs) - len(set(configs)),
-            "agree": finished_runs == sorted(t.number for t in complete)}
+    return {
+        "complete": {t.number: t.params["learning_rate"] for t in complete},
+        "repeated": len(configs) - len(set(configs)),
+        "agree": finished_runs == sorted(t.number for t in complete),
+    }
 
 
 def driver_kills(backend: str, kills: int) -> dict:
@@ -67,8 +78,9 @@ def driver_kills(backend: str, kills: int) -> dict:
     try:
         for k in range(kills):
             launched = time.monotonic()
-            proc = subprocess.Popen(args, cwd=cwd, env=subprocess_env(), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                args, cwd=cwd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             known = study_states(db)
             done_before = known.count("COMPLETE")
             if k:
@@ -83,14 +95,21 @@ def driver_kills(backend: str, kills: int) -> dict:
             after = _ledger(cwd, name)["complete"]
             lost += sum(1 for n in before if n not in after)
         launched, known = time.monotonic(), study_states(db)
-        proc = subprocess.Popen(args, cwd=cwd, env=subprocess_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            args, cwd=cwd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         resume.append(_resumed(db, known, launched))
         code = proc.wait()
         final = _ledger(cwd, name)
-        return {"injected": injected, "trials_lost": lost + (len(LRS) - len(final["complete"])),
-                "trials_repeated": final["repeated"], "stores_agree": final["agree"], "final_exit": code,
-                "resume_s": resume, "processes_left": leftovers}
+        return {
+            "injected": injected,
+            "trials_lost": lost + (len(LRS) - len(final["complete"])),
+            "trials_repeated": final["repeated"],
+            "stores_agree": final["agree"],
+            "final_exit": code,
+            "resume_s": resume,
+            "processes_left": leftovers,
+        }
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
 
@@ -98,7 +117,7 @@ def driver_kills(backend: str, kills: int) -> dict:
 def _resumed(db: Path, known: list[str], launched: float) -> float:
     """Seconds from launching a rerun until it runs trials again: a trial it asked Optuna for (the
     interrupted config, queued again, comes first) is running, or one more has finished."""
-    wait_for_states(db, lambda s: "RUNNING" in s[len(known):] or s.count("COMPLETE") > known.count("COMPLETE"))
+    wait_for_states(db, lambda s: "RUNNING" in s[len(known) :] or s.count("COMPLETE") > known.count("COMPLETE"))
     return round(time.monotonic() - launched, 2)
 
 
@@ -124,8 +143,14 @@ def worker_kills(kills: int) -> dict:
     (cwd / "s.yaml").write_text(yaml.safe_dump(_grid("rel_workers", backend={"max_failures": kills})))
     db = cwd / "results" / "rel_workers" / "optuna.db"
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "s.yaml", "--workers", "2"], cwd=cwd,
-                                env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sweeps", "run", "s.yaml", "--workers", "2"],
+            cwd=cwd,
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         injected = 0
         wait_for_states(db, lambda s: "RUNNING" in s)
         while injected < kills and proc.poll() is None:
@@ -138,10 +163,15 @@ def worker_kills(kills: int) -> dict:
         final = _ledger(cwd, "rel_workers")
         _, _, study = stores(cwd, "rel_workers")
         crashed = sum(t.state.name == "FAIL" for t in study.get_trials())
-        return {"injected": injected, "trials_lost": len(LRS) - len(final["complete"]) - crashed,
-                "crashed_after_retries": crashed, "trials_repeated": final["repeated"],
-                "stores_agree": final["agree"], "retried_line": next((line for line in out.splitlines() if "ran again" in line), ""),
-                "final_exit": proc.returncode}
+        return {
+            "injected": injected,
+            "trials_lost": len(LRS) - len(final["complete"]) - crashed,
+            "crashed_after_retries": crashed,
+            "trials_repeated": final["repeated"],
+            "stores_agree": final["agree"],
+            "retried_line": next((line for line in out.splitlines() if "ran again" in line), ""),
+            "final_exit": proc.returncode,
+        }
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
 
@@ -150,21 +180,37 @@ def trial_exceptions() -> dict:
     """One trial per kind of failure inside a trial, next to a healthy one."""
     cwd = Path(tempfile.mkdtemp(prefix="rlsweep-rel-"))
     kinds = ["raise", "keyboard", "oom", "kill"]
-    spec = tiny_spec("rel_exc", env={"id": "tests.helpers:faulty_cartpole", "n_envs": 1},
-                     space={"env.kwargs.how": {"type": "choice", "values": kinds},
-                            "env.kwargs.fail_at_step": {"type": "choice", "values": [None, 40]}},
-                     sampler={"kind": "grid"}, trials=None, seeds=1, objective={"eval_episodes": 1})
+    spec = tiny_spec(
+        "rel_exc",
+        env={"id": "tests.helpers:faulty_cartpole", "n_envs": 1},
+        space={
+            "env.kwargs.how": {"type": "choice", "values": kinds},
+            "env.kwargs.fail_at_step": {"type": "choice", "values": [None, 40]},
+        },
+        sampler={"kind": "grid"},
+        trials=None,
+        seeds=1,
+        objective={"eval_episodes": 1},
+    )
     (cwd / "s.yaml").write_text(yaml.safe_dump(spec))
     try:
         done = rlsweep(cwd, "run", "s.yaml", "--workers", "2")
         _, _, study = stores(cwd, "rel_exc")
         trials = study.get_trials()
-        crashed = {t.params["env.kwargs.how"]: t.user_attrs.get("rlsweep.error", "")[:80] for t in trials
-                   if t.state.name == "FAIL"}
+        crashed = {
+            t.params["env.kwargs.how"]: t.user_attrs.get("rlsweep.error", "")[:80]
+            for t in trials
+            if t.state.name == "FAIL"
+        }
         healthy = sum(t.state.name == "COMPLETE" for t in trials)
-        return {"injected": len(kinds), "recorded_as_crashed": len(crashed), "errors": crashed,
-                "healthy_trials_complete": f"{healthy}/{len(kinds)}", "trials_lost": len(kinds) - healthy,
-                "final_exit": done.returncode}
+        return {
+            "injected": len(kinds),
+            "recorded_as_crashed": len(crashed),
+            "errors": crashed,
+            "healthy_trials_complete": f"{healthy}/{len(kinds)}",
+            "trials_lost": len(kinds) - healthy,
+            "final_exit": done.returncode,
+        }
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
 
@@ -172,8 +218,14 @@ def trial_exceptions() -> dict:
 def crowd() -> dict:
     """4 workers x 40 short trials writing at once."""
     cwd = Path(tempfile.mkdtemp(prefix="rlsweep-rel-"))
-    spec = tiny_spec("rel_crowd", total_timesteps=128, seeds=1, trials=40, objective={"eval_episodes": 1},
-                     hyperparams={"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [4]}})
+    spec = tiny_spec(
+        "rel_crowd",
+        total_timesteps=128,
+        seeds=1,
+        trials=40,
+        objective={"eval_episodes": 1},
+        hyperparams={"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [4]}},
+    )
     (cwd / "s.yaml").write_text(yaml.safe_dump(spec))
     try:
         started = time.monotonic()
@@ -183,9 +235,16 @@ def crowd() -> dict:
         numbers = [t.number for t in study.get_trials() if t.state.name == "COMPLETE"]
         parents, children = split_runs(client, experiment.experiment_id)
         runs = [int(r.data.tags["rlsweep.trial"]) for r in parents + children]
-        return {"injected": 1, "trials": 40, "optuna_complete": len(numbers),
-                "mlflow_runs": len(runs), "mlflow_duplicates": len(runs) - len(set(runs)) * 2 if runs else 0,
-                "trials_lost": 40 - len(set(numbers)), "seconds": round(seconds, 1), "final_exit": done.returncode}
+        return {
+            "injected": 1,
+            "trials": 40,
+            "optuna_complete": len(numbers),
+            "mlflow_runs": len(runs),
+            "mlflow_duplicates": len(runs) - len(set(runs)) * 2 if runs else 0,
+            "trials_lost": 40 - len(set(numbers)),
+            "seconds": round(seconds, 1),
+            "final_exit": done.returncode,
+        }
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
 
@@ -199,11 +258,22 @@ def unwritable() -> dict:
             (cwd / "s.yaml").write_text(yaml.safe_dump(tiny_spec("rel_disk")))
             if fault == "results is a file":
                 (cwd / "results").write_text("x")
-            limit = (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))) if fault == "disk full" else None
-            done = subprocess.run([sys.executable, "-m", "sweeps", "run", "s.yaml"], cwd=cwd, env=subprocess_env(),
-                                  capture_output=True, text=True, preexec_fn=limit)
-            out[fault] = {"exit": done.returncode, "message": done.stderr.strip()[:200],
-                          "traceback": "Traceback" in done.stderr}
+            limit = (
+                (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))) if fault == "disk full" else None
+            )
+            done = subprocess.run(
+                [sys.executable, "-m", "sweeps", "run", "s.yaml"],
+                cwd=cwd,
+                env=subprocess_env(),
+                capture_output=True,
+                text=True,
+                preexec_fn=limit,
+            )
+            out[fault] = {
+                "exit": done.returncode,
+                "message": done.stderr.strip()[:200],
+                "traceback": "Traceback" in done.stderr,
+            }
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
     return out
@@ -211,12 +281,14 @@ def unwritable() -> dict:
 
 def main() -> None:
     kills = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    figures = {"driver_sigkill_local": driver_kills("local", kills),
-               "driver_sigkill_ray": driver_kills("ray", max(1, kills - 1)),
-               "worker_sigkill_local": worker_kills(kills),
-               "trial_exceptions": trial_exceptions(),
-               "four_workers_forty_trials": crowd(),
-               "unwritable_results": unwritable()}
+    figures = {
+        "driver_sigkill_local": driver_kills("local", kills),
+        "driver_sigkill_ray": driver_kills("ray", max(1, kills - 1)),
+        "worker_sigkill_local": worker_kills(kills),
+        "trial_exceptions": trial_exceptions(),
+        "four_workers_forty_trials": crowd(),
+        "unwritable_results": unwritable(),
+    }
     print(json.dumps(figures))
 
 
@@ -224,30 +296,44 @@ def markdown(figures: dict) -> list[str]:
     r = figures.get("reliability")
     if not r:
         return []
-    lines = [f"# Reliability (make bench, {r['date']})", "",
-             "| fault | injected | trials lost | repeated | notes |", "|---|---|---|---|---|"]
-    for key, label in (("driver_sigkill_local", "driver SIGKILL, local workers"),
-                       ("driver_sigkill_ray", "driver SIGKILL, Ray backend")):
+    lines = [
+        f"# Reliability (make bench, {r['date']})",
+        "",
+        "| fault | injected | trials lost | repeated | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for key, label in (
+        ("driver_sigkill_local", "driver SIGKILL, local workers"),
+        ("driver_sigkill_ray", "driver SIGKILL, Ray backend"),
+    ):
         f = r[key]
-        lines.append(f"| {label} (8-trial grid, killed each time one more trial finished, then rerun) | "
-                     f"{f['injected']} | {f['trials_lost']} | {f['trials_repeated']} | time to resume (rerun "
-                     f"until a trial runs) {f['resume_s']} s; Optuna and MLflow agree: {f['stores_agree']}; "
-                     f"processes left behind: {f['processes_left']} |")
+        lines.append(
+            f"| {label} (8-trial grid, killed each time one more trial finished, then rerun) | "
+            f"{f['injected']} | {f['trials_lost']} | {f['trials_repeated']} | time to resume (rerun "
+            f"until a trial runs) {f['resume_s']} s; Optuna and MLflow agree: {f['stores_agree']}; "
+            f"processes left behind: {f['processes_left']} |"
+        )
     w = r["worker_sigkill_local"]
-    lines.append(f"| worker process SIGKILL mid-trial (max_failures {w['injected']}) | {w['injected']} | "
-                 f"{w['trials_lost']} | {w['trials_repeated']} | {w['retried_line'] or 'no retry line'}; crashed after "
-                 f"retries: {w['crashed_after_retries']}; stores agree: {w['stores_agree']} |")
+    lines.append(
+        f"| worker process SIGKILL mid-trial (max_failures {w['injected']}) | {w['injected']} | "
+        f"{w['trials_lost']} | {w['trials_repeated']} | {w['retried_line'] or 'no retry line'}; crashed after "
+        f"retries: {w['crashed_after_retries']}; stores agree: {w['stores_agree']} |"
+    )
     e = r["trial_exceptions"]
-    lines.append(f"| exception in a trial: RuntimeError, KeyboardInterrupt, CUDA OOM (simulated), self-SIGKILL | "
-                 f"{e['injected']} | {e['trials_lost']} | 0 | each recorded as crashed with its class: "
-                 f"{'; '.join(f'{k}: {v}' for k, v in e['errors'].items())}; healthy trials complete "
-                 f"{e['healthy_trials_complete']} |")
+    lines.append(
+        f"| exception in a trial: RuntimeError, KeyboardInterrupt, CUDA OOM (simulated), self-SIGKILL | "
+        f"{e['injected']} | {e['trials_lost']} | 0 | each recorded as crashed with its class: "
+        f"{'; '.join(f'{k}: {v}' for k, v in e['errors'].items())}; healthy trials complete "
+        f"{e['healthy_trials_complete']} |"
+    )
     c = r["four_workers_forty_trials"]
-    lines.append(f"| 4 workers x 40 trials writing at once | {c['injected']} | {c['trials_lost']} | "
-                 f"{c['mlflow_duplicates']} | Optuna complete {c['optuna_complete']}/40, MLflow runs "
-                 f"{c['mlflow_runs']}/80, {c['seconds']} s |")
+    lines.append(
+        f"| 4 workers x 40 trials writing at once | {c['injected']} | {c['trials_lost']} | "
+        f"{c['mlflow_duplicates']} | Optuna complete {c['optuna_complete']}/40, MLflow runs "
+        f"{c['mlflow_runs']}/80, {c['seconds']} s |"
+    )
     for fault, u in r["unwritable_results"].items():
-        lines.append(f"| {fault} | 1 | 0 | 0 | exit {u['exit']}, traceback: {u['traceback']}; \"{u['message']}\" |")
+        lines.append(f'| {fault} | 1 | 0 | 0 | exit {u["exit"]}, traceback: {u["traceback"]}; "{u["message"]}" |')
     return lines
 
 

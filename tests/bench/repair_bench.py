@@ -20,6 +20,7 @@ Two sets of failing configs:
 Writes ``results/benchmarks/repair.md`` and ``repair.json``; runs are kept under
 ``results/repair_bench/`` so an interrupted benchmark resumes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,10 +68,15 @@ def failing_cases() -> list[dict[str, Any]]:
         truth = [labels.label(r, refs.get(case["env_name"])) for r in runs_]
         if all(t == "healthy" for t in truth):
             continue
-        chosen.append({"case": case, "labels": truth, "reference": refs.get(case["env_name"]),
-                       "verdicts": {r["seed"]: r["callback_verdict"] for r in runs_},
-                       "returns": {r["seed"]: labels.mean_return(r["measurements"]["rollouts"].get("end"))
-                                   for r in runs_}})
+        chosen.append(
+            {
+                "case": case,
+                "labels": truth,
+                "reference": refs.get(case["env_name"]),
+                "verdicts": {r["seed"]: r["callback_verdict"] for r in runs_},
+                "returns": {r["seed"]: labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs_},
+            }
+        )
     return chosen
 
 
@@ -80,8 +86,11 @@ def _menu_facts(case: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
     from sweeps.repair import constructor_defaults
 
     space = env_factory(case["env"])().action_space
-    return (constructor_defaults(algos.load_class(case["algo"])), type(space).__name__ == "Box",
-            case["algo"] not in ("SAC", "TD3", "TQC"))
+    return (
+        constructor_defaults(algos.load_class(case["algo"])),
+        type(space).__name__ == "Box",
+        case["algo"] not in ("SAC", "TD3", "TQC"),
+    )
 
 
 def _train(case: dict[str, Any], patch: dict[str, Any], seed: int, folder: Path) -> dict[str, Any]:
@@ -100,10 +109,16 @@ def _train(case: dict[str, Any], patch: dict[str, Any], seed: int, folder: Path)
     try:
         run = run_sb3(patched, seed, folder / f"s{seed}")
     except Exception as exc:  # the runner itself failed: a crash of this attempt
-        run = {"error": f"{type(exc).__name__}: {exc}", "callback_verdict": {"verdict": "healthy", "findings": []},
-               "measurements": None}
-    out = {"verdict": run["callback_verdict"], "error": run.get("error"),
-           "seconds": round(time.perf_counter() - started, 2)}
+        run = {
+            "error": f"{type(exc).__name__}: {exc}",
+            "callback_verdict": {"verdict": "healthy", "findings": []},
+            "measurements": None,
+        }
+    out = {
+        "verdict": run["callback_verdict"],
+        "error": run.get("error"),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
     if run.get("measurements"):
         out["label"] = labels.label(run, case.get("_reference"))
         out["return"] = labels.mean_return(run["measurements"]["rollouts"].get("end"))
@@ -125,37 +140,65 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
     case = dict(item["case"], _reference=item["reference"])
     finite = {s: r for s, r in item["returns"].items() if math.isfinite(r)}
     defaults, continuous, on_policy = _menu_facts(case)
-    plan = rp.Plan(0, {}, _worst(item["verdicts"]), finite, SEEDS, FRESH,
-                   rp.candidates(item["verdicts"], PRIORITY), MAX_ATTEMPTS, strategy,
-                   rp.menu(case.get("hyperparams", {}), defaults, continuous, on_policy))
+    plan = rp.Plan(
+        0,
+        {},
+        _worst(item["verdicts"]),
+        finite,
+        SEEDS,
+        FRESH,
+        rp.candidates(item["verdicts"], PRIORITY),
+        MAX_ATTEMPTS,
+        strategy,
+        rp.menu(case.get("hyperparams", {}), defaults, continuous, on_policy),
+    )
     plan.rng_seed = sum(map(ord, case["id"]))  # stable across processes (str hash is salted)
     plan.check = lambda patch: _applicable(case, patch)
     root = OUT / "corpus" / case["id"] / strategy
-    record: dict[str, Any] = {"case": case["id"], "class": case["class"], "mechanism": case["mechanism"],
-                              "strategy": strategy, "labels_before": item["labels"],
-                              "verdicts_before": {s: v["verdict"] for s, v in item["verdicts"].items()},
-                              "return_before": plan.baseline, "attempts": [], "runs": 0, "seconds": 0.0}
+    record: dict[str, Any] = {
+        "case": case["id"],
+        "class": case["class"],
+        "mechanism": case["mechanism"],
+        "strategy": strategy,
+        "labels_before": item["labels"],
+        "verdicts_before": {s: v["verdict"] for s, v in item["verdicts"].items()},
+        "return_before": plan.baseline,
+        "attempts": [],
+        "runs": 0,
+        "seconds": 0.0,
+    }
     truth_ok = False
     while (attempt := plan.next_attempt()) is not None:
         seeds = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in SEEDS]
         record["runs"] += len(seeds)
         record["seconds"] += sum(r["seconds"] for r in seeds)
         attempt.verdicts = {s: r["verdict"]["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}
-        attempt.crashed = [s for s, r in zip(SEEDS, seeds, strict=False) if r["error"] and r["verdict"]["verdict"] == "healthy"]
+        attempt.crashed = [
+            s for s, r in zip(SEEDS, seeds, strict=False) if r["error"] and r["verdict"]["verdict"] == "healthy"
+        ]
         attempt.returns = {s: r["return"] for s, r in zip(SEEDS, seeds, strict=False) if math.isfinite(r["return"])}
         attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}, PRIORITY)
         ok, attempt.result = plan.passes(attempt)
-        row = {"attempt": attempt.number, "patch": attempt.patch, "verdicts": attempt.verdicts,
-               "labels": [r["label"] for r in seeds], "mean_return": attempt.mean_return, "passes": ok,
-               "why": attempt.result}
+        row = {
+            "attempt": attempt.number,
+            "patch": attempt.patch,
+            "verdicts": attempt.verdicts,
+            "labels": [r["label"] for r in seeds],
+            "mean_return": attempt.mean_return,
+            "passes": ok,
+            "why": attempt.result,
+        }
         record["attempts"].append(row)
         if not ok:
             continue
         fresh = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in FRESH]
         record["runs"] += len(fresh)
         record["seconds"] += sum(r["seconds"] for r in fresh)
-        confirmed = plan.confirmed(attempt, {s: r["verdict"]["verdict"] for s, r in zip(FRESH, fresh, strict=False)},
-                                   {s: r["return"] for s, r in zip(FRESH, fresh, strict=False) if math.isfinite(r["return"])})
+        confirmed = plan.confirmed(
+            attempt,
+            {s: r["verdict"]["verdict"] for s, r in zip(FRESH, fresh, strict=False)},
+            {s: r["return"] for s, r in zip(FRESH, fresh, strict=False) if math.isfinite(r["return"])},
+        )
         row["fresh_verdicts"] = [r["verdict"]["verdict"] for r in fresh]
         row["fresh_labels"] = [r["label"] for r in fresh]
         row["confirmed"] = confirmed
@@ -169,7 +212,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
     record["status"] = plan.status
     record["message"] = plan.message
     record["repaired_by_verdict"] = plan.status == "repaired"
-    record["repaired"] = plan.status == "repaired" and truth_ok       # by the independent labels
+    record["repaired"] = plan.status == "repaired" and truth_ok  # by the independent labels
     record["attempts_used"] = len(plan.attempts)
     record["not_applicable"] = plan.skipped
     return record
@@ -188,9 +231,14 @@ def _applicable(case: dict[str, Any], patch: dict[str, Any]) -> str | None:
     from sweeps.repair import apply_patch
     from sweeps.spec import from_dict
 
-    raw = {"name": "bench", "env": {k: v for k, v in case["env"].items()}, "algo": case["algo"],
-           "policy": case["policy"], "total_timesteps": case["total_timesteps"],
-           "hyperparams": apply_patch(case.get("hyperparams", {}), patch)}
+    raw = {
+        "name": "bench",
+        "env": {k: v for k, v in case["env"].items()},
+        "algo": case["algo"],
+        "policy": case["policy"],
+        "total_timesteps": case["total_timesteps"],
+        "hyperparams": apply_patch(case.get("hyperparams", {}), patch),
+    }
     try:
         from_dict(raw)
     except SpecError as exc:
@@ -200,8 +248,10 @@ def _applicable(case: dict[str, Any], patch: dict[str, Any]) -> str | None:
 
 # --- the reproductions -------------------------------------------------------------------------------
 REPROS = {
-    "a2c_nan_scale": ("repro_a2c_nan_scale", {"learning_rate": 0.1, "max_grad_norm": "off",
-                                             "log_std_bounds": [-103, 88], "normalize": {"reward": False}}),
+    "a2c_nan_scale": (
+        "repro_a2c_nan_scale",
+        {"learning_rate": 0.1, "max_grad_norm": "off", "log_std_bounds": [-103, 88], "normalize": {"reward": False}},
+    ),
     "recurrent_dead": ("repro_recurrent_dead", {"normalize": {"obs": True, "clip_obs": 10.0, "reward": False}}),
     "recurrent_zero_reward": ("repro_recurrent_zero_reward", {}),
 }
@@ -234,44 +284,70 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
             out += json.loads(kept.read_text())
             continue
         started = time.perf_counter()
-        plans = repair_sweep(name, console, [0], RepairSettings(max_attempts=MAX_ATTEMPTS, strategy=strategy,
-                                                                rng_seed=7), workers=2)
+        plans = repair_sweep(
+            name, console, [0], RepairSettings(max_attempts=MAX_ATTEMPTS, strategy=strategy, rng_seed=7), workers=2
+        )
         for plan in plans:
             d = plan.to_dict()
             jobs = sum(len(plan.seeds) + (len(plan.fresh) if a.confirm else 0) for a in plan.attempts)
-            out.append({"repro": name, "strategy": strategy, "status": d["status"], "message": d["message"],
-                        "verdict_before": d["verdict_before"], "patch": d["patch"], "attempts_used": d["attempts_used"],
-                        "mean_return_before": d["mean_return_before"], "mean_return_after": d["mean_return_after"],
-                        "runs": jobs, "trial_runs": len(plan.seeds), "seconds": round(time.perf_counter() - started, 1),
-                        "attempts": [{"patch": a["patch"], "verdict": a["verdict"], "result": a["result"]}
-                                     for a in d["attempts"]]})
+            out.append(
+                {
+                    "repro": name,
+                    "strategy": strategy,
+                    "status": d["status"],
+                    "message": d["message"],
+                    "verdict_before": d["verdict_before"],
+                    "patch": d["patch"],
+                    "attempts_used": d["attempts_used"],
+                    "mean_return_before": d["mean_return_before"],
+                    "mean_return_after": d["mean_return_after"],
+                    "runs": jobs,
+                    "trial_runs": len(plan.seeds),
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "attempts": [
+                        {"patch": a["patch"], "verdict": a["verdict"], "result": a["result"]} for a in d["attempts"]
+                    ],
+                }
+            )
         kept.write_text(json.dumps([r for r in out if r["strategy"] == strategy], default=str))
     return out
 
 
 # --- the report ------------------------------------------------------------------------------------
 def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list[str]:
-    lines = ["# Repair benchmark", "",
-             "`python tests/bench/repair_bench.py` (part of `make bench`). Failing configs are re-trained with",
-             "knob patches, at most 2 attempts of 3 seeds each, then confirmed on 3 fresh seeds.",
-             "**findings**: the patches the verdict's findings carry (what `rlsweep repair` does);",
-             "**random**: the same loop with random knob changes from the same menu (the baseline).", ""]
+    lines = [
+        "# Repair benchmark",
+        "",
+        "`python tests/bench/repair_bench.py` (part of `make bench`). Failing configs are re-trained with",
+        "knob patches, at most 2 attempts of 3 seeds each, then confirmed on 3 fresh seeds.",
+        "**findings**: the patches the verdict's findings carry (what `rlsweep repair` does);",
+        "**random**: the same loop with random knob changes from the same menu (the baseline).",
+        "",
+    ]
     if corpus:
-        lines += ["## Held-out failing corpus cases", "",
-                  "Counted as repaired only when every attempt seed and every fresh seed is *labelled* healthy by",
-                  "the corpus's privileged measurements (not by rlsweep's verdicts) and the mean return is at",
-                  "least the failing config's. `by verdict` is what rlsweep itself would report.", "",
-                  "| class (built as) | cases | findings: repaired | findings: by verdict | random: repaired | "
-                  "random: by verdict |", "|---|---|---|---|---|---|"]
+        lines += [
+            "## Held-out failing corpus cases",
+            "",
+            "Counted as repaired only when every attempt seed and every fresh seed is *labelled* healthy by",
+            "the corpus's privileged measurements (not by rlsweep's verdicts) and the mean return is at",
+            "least the failing config's. `by verdict` is what rlsweep itself would report.",
+            "",
+            "| class (built as) | cases | findings: repaired | findings: by verdict | random: repaired | "
+            "random: by verdict |",
+            "|---|---|---|---|---|---|",
+        ]
         classes = sorted({r["class"] for r in corpus})
         for cls in classes + ["all"]:
-            rows = {s: [r for r in corpus if r["strategy"] == s and (cls == "all" or r["class"] == cls)]
-                    for s in STRATEGIES}
+            rows = {
+                s: [r for r in corpus if r["strategy"] == s and (cls == "all" or r["class"] == cls)] for s in STRATEGIES
+            }
             n = len(rows["findings"])
             cells = []
             for s in STRATEGIES:
-                cells += [f"{sum(r['repaired'] for r in rows[s])}/{len(rows[s])}",
-                          f"{sum(r['repaired_by_verdict'] for r in rows[s])}/{len(rows[s])}"]
+                cells += [
+                    f"{sum(r['repaired'] for r in rows[s])}/{len(rows[s])}",
+                    f"{sum(r['repaired_by_verdict'] for r in rows[s])}/{len(rows[s])}",
+                ]
             name = f"**{cls}**" if cls == "all" else cls
             lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
         lines += [""]
@@ -280,15 +356,20 @@ def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list
             fixed = [r for r in rows if r["repaired"]]
             false_fix = [r for r in rows if r["repaired_by_verdict"] and not r["repaired"]]
             runs = sum(r["runs"] for r in rows)
-            lines.append(f"- **{s}**: {len(fixed)}/{len(rows)} repaired "
-                         f"({len(fixed) / max(len(rows), 1):.0%}); attempts per repair "
-                         f"{statistics.fmean([r['attempts_used'] for r in fixed]) if fixed else float('nan'):.2f}; "
-                         f"{len(false_fix)} called repaired by rlsweep's verdicts that the labels reject; "
-                         f"compute {runs} seed runs = {runs / (len(rows) * len(SEEDS)):.2f}x re-running these "
-                         f"configs once as a fresh sweep of the same size ({sum(r['seconds'] for r in rows) / 60:.0f} "
-                         f"CPU-minutes)")
-        lines += ["", "| case | class | labels before | findings: patch | result | random: patch | result |",
-                  "|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"- **{s}**: {len(fixed)}/{len(rows)} repaired "
+                f"({len(fixed) / max(len(rows), 1):.0%}); attempts per repair "
+                f"{statistics.fmean([r['attempts_used'] for r in fixed]) if fixed else float('nan'):.2f}; "
+                f"{len(false_fix)} called repaired by rlsweep's verdicts that the labels reject; "
+                f"compute {runs} seed runs = {runs / (len(rows) * len(SEEDS)):.2f}x re-running these "
+                f"configs once as a fresh sweep of the same size ({sum(r['seconds'] for r in rows) / 60:.0f} "
+                f"CPU-minutes)"
+            )
+        lines += [
+            "",
+            "| case | class | labels before | findings: patch | result | random: patch | result |",
+            "|---|---|---|---|---|---|---|",
+        ]
         by_case: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
         for r in corpus:
             by_case[r["case"]][r["strategy"]] = r
@@ -305,17 +386,29 @@ def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list
                 labels_after = ",".join(last["labels"] + last.get("fresh_labels", [])) if last else ""
                 cells += [patch.replace("|", "/"), f"{verdict} ({r['attempts_used']} att.; labels {labels_after})"]
             first = next(iter(both.values()))
-            lines.append(f"| {case} | {first['class']} | {','.join(first['labels_before'])} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {case} | {first['class']} | {','.join(first['labels_before'])} | " + " | ".join(cells) + " |"
+            )
     if repros:
-        lines += ["", "## Reproductions (the real `rlsweep repair` path, scored by rlsweep's verdicts)", "",
-                  "| reproduction | strategy | before | status | patch | attempts | return before -> after | "
-                  "seed runs (trial: 2) |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Reproductions (the real `rlsweep repair` path, scored by rlsweep's verdicts)",
+            "",
+            "| reproduction | strategy | before | status | patch | attempts | return before -> after | "
+            "seed runs (trial: 2) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in repros:
-            lines.append(f"| {r['repro']} | {r['strategy']} | {r['verdict_before']} | {r['status']} | "
-                         f"{json.dumps(r['patch']) if r['patch'] else r['message']} | {r['attempts_used']} | "
-                         f"{r['mean_return_before']} -> {r['mean_return_after']} | {r['runs']} |")
-        lines += ["", "The CleanRL PPO reproduction (stuck value loss) is a hand-written script, not a config",
-                  "rlsweep trains: `rlsweep diagnose` prints its patches, and nothing re-trains it."]
+            lines.append(
+                f"| {r['repro']} | {r['strategy']} | {r['verdict_before']} | {r['status']} | "
+                f"{json.dumps(r['patch']) if r['patch'] else r['message']} | {r['attempts_used']} | "
+                f"{r['mean_return_before']} -> {r['mean_return_after']} | {r['runs']} |"
+            )
+        lines += [
+            "",
+            "The CleanRL PPO reproduction (stuck value loss) is a hand-written script, not a config",
+            "rlsweep trains: `rlsweep diagnose` prints its patches, and nothing re-trains it.",
+        ]
     return lines
 
 
@@ -341,21 +434,29 @@ def main(argv: list[str] | None = None) -> int:
         with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
             for record in pool.imap_unordered(repair_case, jobs):
                 corpus.append(record)
-                print(f"{record['case']} [{record['strategy']}]: {record['status']}"
-                      f"{' (labels agree)' if record['repaired'] else ''} in {record['attempts_used']} attempt(s)",
-                      flush=True)
+                print(
+                    f"{record['case']} [{record['strategy']}]: {record['status']}"
+                    f"{' (labels agree)' if record['repaired'] else ''} in {record['attempts_used']} attempt(s)",
+                    flush=True,
+                )
     repros: list[dict[str, Any]] = []
     if not args.skip_repros:
         import subprocess
 
         for name in REPROS:  # each in its own process: its own cwd, results folder and worker pool
-            done = subprocess.run([sys.executable, __file__, "--repro", name], capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(REPO)))
+            done = subprocess.run(
+                [sys.executable, __file__, "--repro", name],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"reproduction {name} failed:\n{done.stderr[-3000:]}")
             repros += json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"reproduction {name}: {[(r['strategy'], r['status']) for r in repros if r['repro'] == name]}",
-                  flush=True)
+            print(
+                f"reproduction {name}: {[(r['strategy'], r['status']) for r in repros if r['repro'] == name]}",
+                flush=True,
+            )
     BENCH.mkdir(parents=True, exist_ok=True)
     corpus.sort(key=lambda r: (r["case"], r["strategy"]))
     (BENCH / "repair.json").write_text(json.dumps({"corpus": corpus, "repros": repros}, indent=1, default=str))

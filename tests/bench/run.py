@@ -6,6 +6,7 @@ pass/fail test; the targets are printed beside the figures.
 
     python tests/bench/run.py [--repeat N] [--only overhead,scaling]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,7 @@ def _timed(command: list[str], cwd: Path) -> float:
     """Wall seconds of ``command``; its CPU seconds are appended to ``CPU_SECONDS``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                            env=dict(os.environ, COLUMNS="200"))
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU_SECONDS.append(round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 2))
@@ -70,9 +70,15 @@ def bench_overhead(repeat: int) -> dict:
         swept_cpu.append(CPU_SECONDS[-1])
     ratio = statistics.median(swept) / statistics.median(plain)
     cpu_ratio = statistics.median(swept_cpu) / statistics.median(plain_cpu)
-    return {"plain_loop_s": plain, "rlsweep_1_worker_s": swept, "ratio_b_over_a": round(ratio, 4),
-            "plain_loop_cpu_s": plain_cpu, "rlsweep_1_worker_cpu_s": swept_cpu,
-            "cpu_ratio_b_over_a": round(cpu_ratio, 4), "target": "<= 1.05"}
+    return {
+        "plain_loop_s": plain,
+        "rlsweep_1_worker_s": swept,
+        "ratio_b_over_a": round(ratio, 4),
+        "plain_loop_cpu_s": plain_cpu,
+        "rlsweep_1_worker_cpu_s": swept_cpu,
+        "cpu_ratio_b_over_a": round(cpu_ratio, 4),
+        "target": "<= 1.05",
+    }
 
 
 def bench_scaling(repeat: int) -> dict:
@@ -83,16 +89,27 @@ def bench_scaling(repeat: int) -> dict:
         two.append(_rlsweep_run(2))
     speedup = statistics.median(one) / statistics.median(two)
     trials = 6
-    return {"workers_1_s": one, "workers_2_s": two, "trials": trials,
-            "trials_per_hour_1": round(trials * 3600 / statistics.median(one), 1),
-            "trials_per_hour_2": round(trials * 3600 / statistics.median(two), 1),
-            "speedup": round(speedup, 3), "target": ">= 1.8", "cpus": os.cpu_count()}
+    return {
+        "workers_1_s": one,
+        "workers_2_s": two,
+        "trials": trials,
+        "trials_per_hour_1": round(trials * 3600 / statistics.median(one), 1),
+        "trials_per_hour_2": round(trials * 3600 / statistics.median(two), 1),
+        "speedup": round(speedup, 3),
+        "target": ">= 1.8",
+        "cpus": os.cpu_count(),
+    }
 
 
 def bench_knobs(repeat: int) -> dict:
     """log_std bound + pre-clip grad-norm logging vs the same PPO Pendulum config without them."""
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "knob_cost.py"), str(max(repeat * 4, 8))],
-                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "knob_cost.py"), str(max(repeat * 4, 8))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -110,8 +127,13 @@ def _stability(name: str):
 
 def bench_zoo(repeat: int) -> dict:
     """rl-zoo3's tuner vs rlsweep replaying the configs it sampled (zoo_compare.py)."""
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "zoo_compare.py"), "8", "20000"],
-                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "zoo_compare.py"), "8", "20000"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -119,8 +141,13 @@ def bench_zoo(repeat: int) -> dict:
 
 def bench_ray(repeat: int) -> dict:
     """The same sweep on local workers and on a local 2-CPU Ray instance (ray_compare.py)."""
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "ray_compare.py"), str(repeat)],
-                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "ray_compare.py"), str(repeat)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -128,8 +155,13 @@ def bench_ray(repeat: int) -> dict:
 
 def bench_reliability(repeat: int) -> dict:
     """Faults injected into real sweeps (reliability.py)."""
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "reliability.py"), str(2 + repeat)],
-                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "reliability.py"), str(2 + repeat)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -138,17 +170,30 @@ def bench_reliability(repeat: int) -> dict:
 def bench_repair(repeat: int) -> dict:
     """rlsweep repair vs random knob changes on the held-out corpus failures and the reproductions
     (repair_bench.py: writes repair.md; needs the corpus, which stability_detection runs)."""
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "bench" / "repair_bench.py"), "--jobs", "2"],
-                            capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "repair_bench.py"), "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return {"summary": result.stdout.strip().splitlines()[-1]}
 
 
-BENCHES = {"overhead": bench_overhead, "scaling": bench_scaling, "knobs": bench_knobs,
-           "stability_cost": _stability("cost"), "stability_detection": _stability("detection"),
-           "stability_stop_on": _stability("stop_on"), "zoo": bench_zoo, "ray": bench_ray,
-           "reliability": bench_reliability, "repair": bench_repair}
+BENCHES = {
+    "overhead": bench_overhead,
+    "scaling": bench_scaling,
+    "knobs": bench_knobs,
+    "stability_cost": _stability("cost"),
+    "stability_detection": _stability("detection"),
+    "stability_stop_on": _stability("stop_on"),
+    "zoo": bench_zoo,
+    "ray": bench_ray,
+    "reliability": bench_reliability,
+    "repair": bench_repair,
+}
 
 
 def main() -> None:
@@ -161,36 +206,43 @@ def main() -> None:
     figures = json.loads(path.read_text()) if path.is_file() else {}  # keep figures of benches not rerun
     for name in args.only.split(","):
         print(f"running {name} ...", flush=True)
-        figures[name] = BENCHES[name](args.repeat) | {"date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                                      "repeat": args.repeat}
+        figures[name] = BENCHES[name](args.repeat) | {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat}
         print(json.dumps(figures[name], indent=2), flush=True)
     path.write_text(json.dumps(figures, indent=2))
     lines = ["# Benchmarks (make bench)", ""]
     if "overhead" in figures:
         o = figures["overhead"]
-        lines.append(f"- Platform overhead ({o['date']}, x{o['repeat']}), 6 configs x 20k steps: rlsweep 1 worker / "
-                     f"plain SB3 loop = **{o['ratio_b_over_a']}** wall (target {o['target']}), "
-                     f"{o['cpu_ratio_b_over_a']} CPU time; plain {o['plain_loop_s']} s, rlsweep {o['rlsweep_1_worker_s']} s")
+        lines.append(
+            f"- Platform overhead ({o['date']}, x{o['repeat']}), 6 configs x 20k steps: rlsweep 1 worker / "
+            f"plain SB3 loop = **{o['ratio_b_over_a']}** wall (target {o['target']}), "
+            f"{o['cpu_ratio_b_over_a']} CPU time; plain {o['plain_loop_s']} s, rlsweep {o['rlsweep_1_worker_s']} s"
+        )
     if "scaling" in figures:
         s = figures["scaling"]
-        lines.append(f"- Parallel scaling ({s['date']}, x{s['repeat']}) on {s['cpus']} CPUs: --workers 2 vs 1 = "
-                     f"**{s['speedup']}x** trials/hour (target {s['target']}); {s['trials_per_hour_1']} -> "
-                     f"{s['trials_per_hour_2']} trials/hour")
+        lines.append(
+            f"- Parallel scaling ({s['date']}, x{s['repeat']}) on {s['cpus']} CPUs: --workers 2 vs 1 = "
+            f"**{s['speedup']}x** trials/hour (target {s['target']}); {s['trials_per_hour_1']} -> "
+            f"{s['trials_per_hour_2']} trials/hour"
+        )
     if "knobs" in figures:
         k = figures["knobs"]
-        lines.append(f"- Knob cost ({k['date']}, x{k['repeat']}), PPO Pendulum {k['steps']} steps: log_std bound + "
-                     f"grad-norm logging / plain = **{k['ratio_wall']}** wall, {k['ratio_cpu']} CPU "
-                     f"(target {k['target']}); plain {k['plain_s']} s, with knobs {k['knobs_s']} s")
+        lines.append(
+            f"- Knob cost ({k['date']}, x{k['repeat']}), PPO Pendulum {k['steps']} steps: log_std bound + "
+            f"grad-norm logging / plain = **{k['ratio_wall']}** wall, {k['ratio_cpu']} CPU "
+            f"(target {k['target']}); plain {k['plain_s']} s, with knobs {k['knobs_s']} s"
+        )
     if "ray" in figures:
         r = figures["ray"]
         pj = r["per_job"]
-        lines.append(f"- Ray backend ({r['date']}, x{r['repeat']}), {r['sweep']}: ray / local = "
-                     f"**{r['ratio_ray_over_local']}** wall (target {r['target_ratio']}); local {r['local_s']} s, "
-                     f"ray {r['ray_s']} s. Per-job overhead after warm-up: ray median {pj['ray']['overhead_median_s']} s "
-                     f"(max {pj['ray']['overhead_max_s']}), local median {pj['local']['overhead_median_s']} s "
-                     f"(target {r['target_overhead']}); Ray start {pj['ray']['startup_s']} s, stop "
-                     f"{pj['ray']['shutdown_s']} s; the same job trains and evaluates "
-                     f"{r.get('train_eval_ratio_ray_over_local')}x as long under Ray")
+        lines.append(
+            f"- Ray backend ({r['date']}, x{r['repeat']}), {r['sweep']}: ray / local = "
+            f"**{r['ratio_ray_over_local']}** wall (target {r['target_ratio']}); local {r['local_s']} s, "
+            f"ray {r['ray_s']} s. Per-job overhead after warm-up: ray median {pj['ray']['overhead_median_s']} s "
+            f"(max {pj['ray']['overhead_max_s']}), local median {pj['local']['overhead_median_s']} s "
+            f"(target {r['target_overhead']}); Ray start {pj['ray']['startup_s']} s, stop "
+            f"{pj['ray']['shutdown_s']} s; the same job trains and evaluates "
+            f"{r.get('train_eval_ratio_ray_over_local')}x as long under Ray"
+        )
     (OUT / "foundation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     sys.path.insert(0, str(REPO))

@@ -6,6 +6,7 @@ update every 40 steps, the worst case for per-update work), and PPO on Pendulum 
 policy: log_std and action-mean probes). Prints one JSON object.
     python stability_cost.py [REPEAT] [STEPS]
 """
+
 from __future__ import annotations
 
 import json
@@ -42,13 +43,15 @@ def main(repeat: int, steps: int) -> None:
         train(name, True, 2048)  # warm-up: imports, first-call costs
         runs: dict[str, list[tuple[float, float]]] = {"plain": [], "callback": []}
         for i in range(repeat):  # alternate which variant goes first
-            for variant in (("plain", "callback") if i % 2 == 0 else ("callback", "plain")):
+            for variant in ("plain", "callback") if i % 2 == 0 else ("callback", "plain"):
                 runs[variant].append(train(name, variant == "callback", steps))
         med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
-        out[name] = {"plain_wall_s": [round(w, 2) for w, _ in runs["plain"]],
-                     "callback_wall_s": [round(w, 2) for w, _ in runs["callback"]],
-                     "ratio_wall": round(med["callback"][0] / med["plain"][0], 4),
-                     "ratio_cpu": round(med["callback"][1] / med["plain"][1], 4)}
+        out[name] = {
+            "plain_wall_s": [round(w, 2) for w, _ in runs["plain"]],
+            "callback_wall_s": [round(w, 2) for w, _ in runs["callback"]],
+            "ratio_wall": round(med["callback"][0] / med["plain"][0], 4),
+            "ratio_cpu": round(med["callback"][1] / med["plain"][1], 4),
+        }
     print(json.dumps({"steps": steps, "repeat": repeat, "configs": out, "target": "<= 1.03"}))
 
 

@@ -10,6 +10,7 @@
 
     python zoo_compare.py [TRIALS] [STEPS]      (prints one JSON object)
 """
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,43 @@ EVAL_EPISODES = 5
 
 
 def _zoo(cwd: Path, trials: int, steps: int, jobs: int) -> float:
-    command = [sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "-optimize",
-               "--n-trials", str(trials), "--n-jobs", str(jobs), "-n", str(steps), "--sampler", "random",
-               "--pruner", "median", "--n-startup-trials", "2", "--n-evaluations", "2",
-               "--eval-episodes", str(EVAL_EPISODES), "--storage", f"sqlite:///{cwd / 'zoo.db'}",
-               "--study-name", "zoo", "--seed", "0", "--no-optim-plots", "-f", str(cwd / "logs"),
-               "--vec-env", "dummy"]
+    command = [
+        sys.executable,
+        "-m",
+        "rl_zoo3.train",
+        "--algo",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "-optimize",
+        "--n-trials",
+        str(trials),
+        "--n-jobs",
+        str(jobs),
+        "-n",
+        str(steps),
+        "--sampler",
+        "random",
+        "--pruner",
+        "median",
+        "--n-startup-trials",
+        "2",
+        "--n-evaluations",
+        "2",
+        "--eval-episodes",
+        str(EVAL_EPISODES),
+        "--storage",
+        f"sqlite:///{cwd / 'zoo.db'}",
+        "--study-name",
+        "zoo",
+        "--seed",
+        "0",
+        "--no-optim-plots",
+        "-f",
+        str(cwd / "logs"),
+        "--vec-env",
+        "dummy",
+    ]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -66,13 +98,25 @@ def _presets(cwd: Path) -> list[tuple[int, str, dict]]:
 
 
 def _rlsweep(cwd: Path, presets: list[dict], steps: int, workers: int) -> tuple[float, dict[int, dict]]:
-    spec = {"name": "replay", "env": {"id": "CartPole-v1", "n_envs": 8}, "algo": "PPO", "total_timesteps": steps,
-            "space": {"preset": {"type": "choice", "values": presets}}, "seeds": [0],
-            "sampler": {"kind": "grid"}, "objective": {"eval_episodes": EVAL_EPISODES}}
+    spec = {
+        "name": "replay",
+        "env": {"id": "CartPole-v1", "n_envs": 8},
+        "algo": "PPO",
+        "total_timesteps": steps,
+        "space": {"preset": {"type": "choice", "values": presets}},
+        "seeds": [0],
+        "sampler": {"kind": "grid"},
+        "objective": {"eval_episodes": EVAL_EPISODES},
+    }
     (cwd / "replay.yaml").write_text(yaml.safe_dump(spec))
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "sweeps", "run", "replay.yaml", "--workers", str(workers)],
-                            cwd=cwd, env=ENV, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeps", "run", "replay.yaml", "--workers", str(workers)],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         raise RuntimeError(result.stdout[-3000:] + result.stderr[-3000:])
@@ -82,14 +126,24 @@ def _rlsweep(cwd: Path, presets: list[dict], steps: int, workers: int) -> tuple[
     by_preset = {}
     for t in study.trials:
         by_preset[json.dumps(t.user_attrs["rlsweep.params"]["preset"], sort_keys=True)] = {
-            "state": t.state.name, "outcome": t.user_attrs.get("rlsweep.outcome"),
-            "verdict": t.user_attrs.get("rlsweep.verdict"), "value": t.value}
+            "state": t.state.name,
+            "outcome": t.user_attrs.get("rlsweep.outcome"),
+            "verdict": t.user_attrs.get("rlsweep.verdict"),
+            "value": t.value,
+        }
     return seconds, by_preset
 
 
 def main(trials: int, steps: int) -> None:
-    out: dict = {"trials": trials, "steps": steps, "eval_episodes": EVAL_EPISODES, "env": "CartPole-v1",
-                 "algo": "PPO", "zoo_s": {}, "rlsweep_s": {}}
+    out: dict = {
+        "trials": trials,
+        "steps": steps,
+        "eval_episodes": EVAL_EPISODES,
+        "env": "CartPole-v1",
+        "algo": "PPO",
+        "zoo_s": {},
+        "rlsweep_s": {},
+    }
     zoo_dir = Path(tempfile.mkdtemp(prefix="zoo-"))
     try:
         out["zoo_s"]["1"] = round(_zoo(zoo_dir, trials, steps, 1), 1)
@@ -110,8 +164,15 @@ def main(trials: int, steps: int) -> None:
         rows = []
         for number, state, preset in presets:
             mine = replay.get(json.dumps(preset, sort_keys=True), {})
-            rows.append({"zoo_trial": number, "zoo_state": state, "rlsweep_outcome": mine.get("outcome"),
-                         "rlsweep_verdict": mine.get("verdict"), "rlsweep_value": mine.get("value")})
+            rows.append(
+                {
+                    "zoo_trial": number,
+                    "zoo_state": state,
+                    "rlsweep_outcome": mine.get("outcome"),
+                    "rlsweep_verdict": mine.get("verdict"),
+                    "rlsweep_value": mine.get("value"),
+                }
+            )
         out["trials_table"] = rows
         not_complete = [r for r in rows if r["zoo_state"] != "COMPLETE"]
         out["zoo_pruned_or_failed"] = len(not_complete)

@@ -7,6 +7,7 @@ the cost of a setting is its wrong verdicts plus, again, every failure verdict g
 labelled healthy (precision first: such a verdict can stop a good trial). Ties keep the current
 value. The held-out half is never read here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,16 @@ def labelled_histories(root: Path) -> list[dict[str, Any]]:
             continue
         for path, history in (("sweep", score.sweep_history(run)), ("diagnose", score.plain_log_history(run))):
             if history is not None and len(history):
-                items.append({"truth": truth, "mechanism": f"{run['class']}/{run['mechanism']}", "path": path,
-                              "case": run["case"], "split": cases[run["case"]]["split"], "history": history})
+                items.append(
+                    {
+                        "truth": truth,
+                        "mechanism": f"{run['class']}/{run['mechanism']}",
+                        "path": path,
+                        "case": run["case"],
+                        "split": cases[run["case"]]["split"],
+                        "history": history,
+                    }
+                )
     return items
 
 
@@ -94,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-
-def fit(data: list[tuple[str, Any]], grid: dict[tuple[str, str], list[Any]] | None = None, rounds: int = 2,
-        log: bool = False) -> dict[str, dict[str, Any]]:
+def fit(
+    data: list[tuple[str, Any]],
+    grid: dict[tuple[str, str], list[Any]] | None = None,
+    rounds: int = 2,
+    log: bool = False,
+) -> dict[str, dict[str, Any]]:
     """Coordinate descent from the documented defaults; returns the chosen thresholds."""
     grid = GRID if grid is None else grid
     values = copy.deepcopy(DEFAULTS)

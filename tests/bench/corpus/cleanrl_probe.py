@@ -5,6 +5,7 @@ log std, without the dropout bug's noise) on fixed probe states, normalised with
 env's statistics at that moment; its critic on fresh rollouts of an env that carries a frozen
 copy of the training normalisation (CleanRL normalises inside the env wrappers).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -109,15 +110,22 @@ class Probe:
             x = torch.as_tensor(self._normalise(self.probe, envs), dtype=torch.float32)
             mean = torch.tanh(agent.actor_mean(agent.trunk(x)))
             std = torch.exp(agent.actor_logstd.expand_as(mean))
-        return measure.Snapshot(step, "normal", mean=mean.numpy().astype(np.float64),
-                                std=std.numpy().astype(np.float64),
-                                param_norm=float(math.sqrt(sum(float((p * p).sum()) for p in params))),
-                                params_finite=all(bool(torch.isfinite(p).all()) for p in params))
+        return measure.Snapshot(
+            step,
+            "normal",
+            mean=mean.numpy().astype(np.float64),
+            std=std.numpy().astype(np.float64),
+            param_norm=float(math.sqrt(sum(float((p * p).sum()) for p in params))),
+            params_finite=all(bool(torch.isfinite(p).all()) for p in params),
+        )
 
     def rollout(self, agent: Any, envs: Any) -> dict[str, Any]:
         try:
             env = self.module.make_env(self.args.env_id, self.args.gamma, self.args.normalize)()
-            for kind, attr in ((gym.wrappers.NormalizeObservation, "obs_rms"), (gym.wrappers.NormalizeReward, "return_rms")):
+            for kind, attr in (
+                (gym.wrappers.NormalizeObservation, "obs_rms"),
+                (gym.wrappers.NormalizeReward, "return_rms"),
+            ):
                 source, target = _wrapper(envs.envs[0], kind), _wrapper(env, kind)
                 if source is not None and target is not None:
                     setattr(target, attr, __import__("copy").deepcopy(getattr(source, attr)))
@@ -129,8 +137,9 @@ class Probe:
                     action, _, _, value = agent.get_action_and_value(x)
                 return action.numpy(), float(value.reshape(-1)[0]), None
 
-            return measure.rollout(step, _OneEnv(env, self.seed + 555_000), self.rollout_steps, lambda o: o,
-                                   lambda r: r, self.args.gamma)
+            return measure.rollout(
+                step, _OneEnv(env, self.seed + 555_000), self.rollout_steps, lambda o: o, lambda r: r, self.args.gamma
+            )
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
@@ -139,8 +148,15 @@ def run(case: dict[str, Any], seed: int, out: Path, snapshots: int, rollout_step
     from run import _summarise
 
     module = _script()
-    argv = ["--total-timesteps", str(case["total_timesteps"]), "--seed", str(seed), "--logdir", str(out / "tb"),
-            *case.get("args", [])]
+    argv = [
+        "--total-timesteps",
+        str(case["total_timesteps"]),
+        "--seed",
+        str(seed),
+        "--logdir",
+        str(out / "tb"),
+        *case.get("args", []),
+    ]
     probe = Probe(module, argv, seed, snapshots, rollout_steps)
     error = None
     started = time.perf_counter()
@@ -149,6 +165,12 @@ def run(case: dict[str, Any], seed: int, out: Path, snapshots: int, rollout_step
     except Exception as exc:
         error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record = {"snapshots": probe.snapshots, "rollouts": probe.rollouts}
-    return {"history": None, "error": error, "train_seconds": time.perf_counter() - started,
-            "timesteps": int(case["total_timesteps"]), "callback_verdict": None, "stopped_by": None,
-            "measurements": _summarise(record, int(case["total_timesteps"]))}
+    return {
+        "history": None,
+        "error": error,
+        "train_seconds": time.perf_counter() - started,
+        "timesteps": int(case["total_timesteps"]),
+        "callback_verdict": None,
+        "stopped_by": None,
+        "measurements": _summarise(record, int(case["total_timesteps"])),
+    }

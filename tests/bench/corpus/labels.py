@@ -4,6 +4,7 @@ The rules and their constants are written down in ``conf/corpus/README.md``; the
 before any detector was scored and are kept apart from the detector thresholds
 (``conf/stability.yaml``). Nothing here reads a detector, a verdict or a logged training signal.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,19 +13,25 @@ from statistics import fmean
 from typing import Any
 
 # The rules' constants (see conf/corpus/README.md, "Label rules").
-STD_LIMITS = (1e-20, 1e10)          # a Gaussian std outside this is no longer a usable number
-PARAM_GROWTH = 10.0                 # weights' norm grew tenfold: updates blew them up
-DEAD_KL = 0.01                      # nats: the policy never moved further than this from its start
-CRITIC_REL_RMSE = 0.6               # the critic's error is >= 60% of the returns' own RMS ...
-CRITIC_R2 = 0.2                     # ... and explains under 20% of their variance
-COLLAPSE_CATEGORICAL = 0.1          # entropy under 10% of the uniform policy's
-COLLAPSE_STD = 0.05                 # or a Gaussian mean std under 0.05
-COLLAPSE_BY = 0.6                   # reached within the first 60% of the budget, and held
-COLLAPSE_RETURN = 0.5               # final return below half the way from the untrained policy to the reference
+STD_LIMITS = (1e-20, 1e10)  # a Gaussian std outside this is no longer a usable number
+PARAM_GROWTH = 10.0  # weights' norm grew tenfold: updates blew them up
+DEAD_KL = 0.01  # nats: the policy never moved further than this from its start
+CRITIC_REL_RMSE = 0.6  # the critic's error is >= 60% of the returns' own RMS ...
+CRITIC_R2 = 0.2  # ... and explains under 20% of their variance
+COLLAPSE_CATEGORICAL = 0.1  # entropy under 10% of the uniform policy's
+COLLAPSE_STD = 0.05  # or a Gaussian mean std under 0.05
+COLLAPSE_BY = 0.6  # reached within the first 60% of the budget, and held
+COLLAPSE_RETURN = 0.5  # final return below half the way from the untrained policy to the reference
 
 _NONFINITE = re.compile(r"invalid values|nan|inf\b|non-finite|not finite", re.IGNORECASE)
-ORDER = ("nan_scale", "exploding_updates", "degenerate_reward", "dead_policy_gradient", "stuck_value_loss",
-         "entropy_collapse")
+ORDER = (
+    "nan_scale",
+    "exploding_updates",
+    "degenerate_reward",
+    "dead_policy_gradient",
+    "stuck_value_loss",
+    "entropy_collapse",
+)
 
 
 def mean_return(rollout: dict[str, Any] | None) -> float:
@@ -39,24 +46,42 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
     rollouts = m["rollouts"]
     error = run.get("error") or ""
     stds = [v for v in m["std_max"] + m["std_min"] if v is not None]
-    nonfinite = (not all(m["finite"]) or bool(error and _NONFINITE.search(error.splitlines()[-1]))
-                 or any(not (STD_LIMITS[0] <= v <= STD_LIMITS[1]) for v in stds)
-                 or any("error" in r and _NONFINITE.search(r["error"]) for r in rollouts.values()))
+    nonfinite = (
+        not all(m["finite"])
+        or bool(error and _NONFINITE.search(error.splitlines()[-1]))
+        or any(not (STD_LIMITS[0] <= v <= STD_LIMITS[1]) for v in stds)
+        or any("error" in r and _NONFINITE.search(r["error"]) for r in rollouts.values())
+    )
     norms = [v for v in m["param_norm"] if math.isfinite(v)]
     exploding = bool(norms) and max(norms) >= PARAM_GROWTH * norms[0]
-    degenerate = all(r.get("raw_reward_std") == 0.0 and _same(r.get("episode_returns")) for r in
-                     (rollouts.get("start"), rollouts.get("end")) if r is not None) and "end" in rollouts
+    degenerate = (
+        all(
+            r.get("raw_reward_std") == 0.0 and _same(r.get("episode_returns"))
+            for r in (rollouts.get("start"), rollouts.get("end"))
+            if r is not None
+        )
+        and "end" in rollouts
+    )
     kls = [v for v in m["kl_from_start"]]
     dead = bool(kls) and all(math.isfinite(v) for v in kls) and max(kls) < DEAD_KL
     stuck = None
     half, end = rollouts.get("half", {}), rollouts.get("end", {})
     if all(math.isfinite(r.get("rel_rmse", math.nan)) for r in (half, end)):
-        stuck = (half["rel_rmse"] >= CRITIC_REL_RMSE and end["rel_rmse"] >= CRITIC_REL_RMSE
-                 and not end.get("r2", math.nan) >= CRITIC_R2)
+        stuck = (
+            half["rel_rmse"] >= CRITIC_REL_RMSE
+            and end["rel_rmse"] >= CRITIC_REL_RMSE
+            and not end.get("r2", math.nan) >= CRITIC_R2
+        )
     collapse = _collapsed(m) and reference_return is not None and _stalled(rollouts, reference_return)
-    return {"nan_scale": nonfinite, "exploding_updates": exploding, "degenerate_reward": degenerate,
-            "dead_policy_gradient": dead, "stuck_value_loss": stuck, "entropy_collapse": collapse,
-            "crashed": bool(error) and not nonfinite}
+    return {
+        "nan_scale": nonfinite,
+        "exploding_updates": exploding,
+        "degenerate_reward": degenerate,
+        "dead_policy_gradient": dead,
+        "stuck_value_loss": stuck,
+        "entropy_collapse": collapse,
+        "crashed": bool(error) and not nonfinite,
+    }
 
 
 def label(run: dict[str, Any], reference_return: float | None) -> str:

@@ -16,6 +16,7 @@ produced:
 
 Label rules that use these numbers live in ``conf/corpus/README.md`` and ``labels.py``.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,9 @@ PROBES = 256
 @dataclass
 class Snapshot:
     step: int
-    kind: str                      # "categorical" | "normal"
-    probs: list[np.ndarray] = field(default_factory=list)   # categorical heads, each [N, A]
-    mean: np.ndarray | None = None                          # normal: [N, D]
+    kind: str  # "categorical" | "normal"
+    probs: list[np.ndarray] = field(default_factory=list)  # categorical heads, each [N, A]
+    mean: np.ndarray | None = None  # normal: [N, D]
     std: np.ndarray | None = None
     param_norm: float = math.nan
     params_finite: bool = True
@@ -54,7 +55,7 @@ def kl(p: Snapshot, q: Snapshot) -> float:
             total += float(np.mean(np.sum(a * (np.log(a) - np.log(b)), axis=-1)))
         return total
     sp, sq = np.maximum(p.std, 1e-30), np.maximum(q.std, 1e-30)
-    value = np.log(sq / sp) + (sp ** 2 + (p.mean - q.mean) ** 2) / (2 * sq ** 2) - 0.5
+    value = np.log(sq / sp) + (sp**2 + (p.mean - q.mean) ** 2) / (2 * sq**2) - 0.5
     return float(np.mean(np.sum(value, axis=-1)))
 
 
@@ -64,15 +65,17 @@ def determinism(s: Snapshot) -> float:
     if not s.finite():
         return math.nan
     if s.kind == "categorical":
-        ent = sum(float(np.mean(-np.sum(np.clip(a, 1e-12, 1) * np.log(np.clip(a, 1e-12, 1)), axis=-1)))
-                  for a in s.probs)
+        ent = sum(
+            float(np.mean(-np.sum(np.clip(a, 1e-12, 1) * np.log(np.clip(a, 1e-12, 1)), axis=-1))) for a in s.probs
+        )
         top = sum(math.log(a.shape[-1]) for a in s.probs)
         return ent / top if top > 0 else math.nan
     return float(np.mean(s.std))
 
 
-def critic_fit(values: np.ndarray, rewards: np.ndarray, ends: np.ndarray, cut_values: np.ndarray,
-               gamma: float) -> dict[str, float]:
+def critic_fit(
+    values: np.ndarray, rewards: np.ndarray, ends: np.ndarray, cut_values: np.ndarray, gamma: float
+) -> dict[str, float]:
     """R^2 and relative RMSE of the critic's predictions against discounted returns.
 
     ``ends[t]``: 0 = episode goes on, 1 = terminated after step t, 2 = cut (time limit or end of
@@ -93,14 +96,23 @@ def critic_fit(values: np.ndarray, rewards: np.ndarray, ends: np.ndarray, cut_va
     v, g = values[ok], targets[ok]
     mse = float(np.mean((v - g) ** 2))
     var = float(np.var(g))
-    rms = float(np.sqrt(np.mean(g ** 2)))
-    return {"r2": 1.0 - mse / var if var > 0 else math.nan, "rel_rmse": math.sqrt(mse) / max(rms, 1e-12),
-            "target_std": math.sqrt(var), "target_rms": rms}
+    rms = float(np.sqrt(np.mean(g**2)))
+    return {
+        "r2": 1.0 - mse / var if var > 0 else math.nan,
+        "rel_rmse": math.sqrt(mse) / max(rms, 1e-12),
+        "target_std": math.sqrt(var),
+        "target_rms": rms,
+    }
 
 
-def rollout(policy_step: Callable[[np.ndarray, Any, bool], tuple[np.ndarray, float, Any]],
-            env: Any, steps: int, normalize_obs: Callable[[np.ndarray], np.ndarray],
-            normalize_reward: Callable[[np.ndarray], np.ndarray], gamma: float) -> dict[str, Any]:
+def rollout(
+    policy_step: Callable[[np.ndarray, Any, bool], tuple[np.ndarray, float, Any]],
+    env: Any,
+    steps: int,
+    normalize_obs: Callable[[np.ndarray], np.ndarray],
+    normalize_reward: Callable[[np.ndarray], np.ndarray],
+    gamma: float,
+) -> dict[str, Any]:
     """Run ``policy_step(obs, state, episode_start) -> (action, value, state)`` on a one-env
     SB3 VecEnv for ``steps`` steps; critic fit, raw reward spread and finished episode returns."""
     obs = env.reset()
@@ -133,5 +145,7 @@ def rollout(policy_step: Callable[[np.ndarray, Any, bool], tuple[np.ndarray, flo
             cut_values.append(0.0)
     fit = critic_fit(np.asarray(values), np.asarray(rewards), np.asarray(ends), np.asarray(cut_values), gamma)
     raw_arr = np.asarray(raw)
-    return fit | {"raw_reward_std": float(np.std(raw_arr)) if np.all(np.isfinite(raw_arr)) else math.nan,
-                  "episode_returns": returns}
+    return fit | {
+        "raw_reward_std": float(np.std(raw_arr)) if np.all(np.isfinite(raw_arr)) else math.nan,
+        "episode_returns": returns,
+    }

@@ -1,4 +1,5 @@
 """The corpus figures for ``results/benchmarks/stability.md`` (called by ``make bench``)."""
+
 from __future__ import annotations
 
 import datetime
@@ -21,8 +22,12 @@ from stability.thresholds import Thresholds  # noqa: E402
 def evaluate(root: Path, lomo: bool = True) -> dict[str, Any]:
     runs = score.load_runs(root)
     refs = score.references(runs)
-    out: dict[str, Any] = {"date": datetime.date.today().isoformat(), "runs": len(runs),
-                           "cases": len({r["case"] for r in runs}), "references": refs}
+    out: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "runs": len(runs),
+        "cases": len({r["case"] for r in runs}),
+        "references": refs,
+    }
     out["labels"] = Counter(labels.label(r, refs.get(r["env"])) for r in runs)
     for split in ("calib", "heldout"):
         result = score.score(runs, Thresholds(), split)
@@ -42,44 +47,74 @@ def _f(value: Any) -> str:
 
 
 def markdown(d: dict[str, Any]) -> list[str]:
-    lines = [f"## Verdict quality on the labelled corpus ({d['date']})", "",
-             f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
-             "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes); "
-             "thresholds were set on the calibration half only. **Held-out figures are the result**; the "
-             "calibration half is shown for comparison.", "",
-             "Labels: " + ", ".join(f"{k} {v}" for k, v in sorted(d["labels"].items())), ""]
+    lines = [
+        f"## Verdict quality on the labelled corpus ({d['date']})",
+        "",
+        f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
+        "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes); "
+        "thresholds were set on the calibration half only. **Held-out figures are the result**; the "
+        "calibration half is shown for comparison.",
+        "",
+        "Labels: " + ", ".join(f"{k} {v}" for k, v in sorted(d["labels"].items())),
+        "",
+    ]
     for split, title in (("heldout", "Held-out half"), ("calib", "Calibration half (in-sample)")):
         for path in ("sweep", "diagnose"):
             m = d[split][path]
-            lines += [f"### {title}, {path} path: accuracy {m['accuracy']:.3f} over {m['runs']} runs; "
-                      f"healthy runs flagged {m['healthy_flagged']}/{m['healthy_runs']}", "",
-                      "| class | precision | recall | labelled | given | false-stop rate on healthy runs |",
-                      "|-|-|-|-|-|-|"]
+            lines += [
+                f"### {title}, {path} path: accuracy {m['accuracy']:.3f} over {m['runs']} runs; "
+                f"healthy runs flagged {m['healthy_flagged']}/{m['healthy_runs']}",
+                "",
+                "| class | precision | recall | labelled | given | false-stop rate on healthy runs |",
+                "|-|-|-|-|-|-|",
+            ]
             for c, v in m["per_class"].items():
                 stop = m["false_stop_rate"].get(c)
-                lines.append(f"| {c} | {_f(v['precision'])} | {_f(v['recall'])} | {v['support']} | {v['predicted']} | "
-                             f"{'-' if stop is None else f'{stop:.3f}'} |")
-            lines += ["", "Confusion (label -> verdict): " + "; ".join(f"{k}: {v}" for k, v in m["confusion"].items()),
-                      "", "Recall by mechanism: " + "; ".join(f"{k} {v:.2f}" for k, v in m["mechanism_recall"].items())]
+                lines.append(
+                    f"| {c} | {_f(v['precision'])} | {_f(v['recall'])} | {v['support']} | {v['predicted']} | "
+                    f"{'-' if stop is None else f'{stop:.3f}'} |"
+                )
+            lines += [
+                "",
+                "Confusion (label -> verdict): " + "; ".join(f"{k}: {v}" for k, v in m["confusion"].items()),
+                "",
+                "Recall by mechanism: " + "; ".join(f"{k} {v:.2f}" for k, v in m["mechanism_recall"].items()),
+            ]
             if m.get("onset_to_verdict_budget_fraction"):
                 q, r = m["onset_to_verdict_budget_fraction"], m["verdict_at_budget_fraction"]
-                lines.append(f"\nFrom onset to verdict (live checks), as a fraction of the budget: median {q['median']}, "
-                             f"p90 {q['p90']} (n={q['n']}); verdict reached at median {r['median']} of the budget.")
+                lines.append(
+                    f"\nFrom onset to verdict (live checks), as a fraction of the budget: median {q['median']}, "
+                    f"p90 {q['p90']} (n={q['n']}); verdict reached at median {r['median']} of the budget."
+                )
             lines.append("")
     if d.get("heldout_without_acrobot"):
-        lines += ["### Held-out half without the Acrobot cases (see the note on the degenerate_reward label rule)", "",
-                  "| path | accuracy | runs | healthy flagged | " + " | ".join(f"{c} P/R" for c in score.TARGETS) + " |",
-                  "|-|-|-|-|" + "-|" * len(score.TARGETS)]
+        lines += [
+            "### Held-out half without the Acrobot cases (see the note on the degenerate_reward label rule)",
+            "",
+            "| path | accuracy | runs | healthy flagged | " + " | ".join(f"{c} P/R" for c in score.TARGETS) + " |",
+            "|-|-|-|-|" + "-|" * len(score.TARGETS),
+        ]
         for path, m in d["heldout_without_acrobot"].items():
-            cells = [f"{_f(m['per_class'].get(c, {}).get('precision'))}/{_f(m['per_class'].get(c, {}).get('recall'))}"
-                     for c in score.TARGETS]
-            lines.append(f"| {path} | {m['accuracy']:.3f} | {m['runs']} | {m['healthy_flagged']}/{m['healthy_runs']} | "
-                         + " | ".join(cells) + " |")
+            cells = [
+                f"{_f(m['per_class'].get(c, {}).get('precision'))}/{_f(m['per_class'].get(c, {}).get('recall'))}"
+                for c in score.TARGETS
+            ]
+            lines.append(
+                f"| {path} | {m['accuracy']:.3f} | {m['runs']} | {m['healthy_flagged']}/{m['healthy_runs']} | "
+                + " | ".join(cells)
+                + " |"
+            )
         lines.append("")
     if d.get("lomo"):
-        lines += ["### Leave one mechanism out", "",
-                  "Each failure mechanism's runs (both halves, both paths) scored with thresholds calibrated "
-                  "without any of its cases.", "", "| mechanism | recall | runs x paths |", "|-|-|-|"]
+        lines += [
+            "### Leave one mechanism out",
+            "",
+            "Each failure mechanism's runs (both halves, both paths) scored with thresholds calibrated "
+            "without any of its cases.",
+            "",
+            "| mechanism | recall | runs x paths |",
+            "|-|-|-|",
+        ]
         lines += [f"| {k} | {v['recall']:.2f} | {v['runs']} |" for k, v in d["lomo"].items()]
         lines.append("")
     return lines

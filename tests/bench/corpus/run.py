@@ -8,6 +8,7 @@ TensorBoard log, which the ``diagnose`` path reads). Finished runs are skipped, 
 interrupted corpus resumes. Labels and scores come from ``labels.py`` and ``score.py``,
 offline, from these files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,8 @@ sys.path[:0] = [str(REPO), str(HERE)]
 import measure  # noqa: E402
 
 CASES = REPO / "conf" / "corpus" / "cases.yaml"
-SNAPSHOTS = 20          # policy snapshots per run (plus one before training)
-ROLLOUT_STEPS = 3000    # env steps of each fresh critic/return measurement
+SNAPSHOTS = 20  # policy snapshots per run (plus one before training)
+ROLLOUT_STEPS = 3000  # env steps of each fresh critic/return measurement
 
 
 def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
@@ -39,8 +40,13 @@ def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
     envs, cases = data["envs"], []
     for case in data["cases"]:
         base = envs[case["env"]]
-        merged = {"seeds": data["seeds"], "path": "sb3", **case, "env_name": case["env"],
-                  "env": {**base["env"], **case.get("env_overrides", {})}}
+        merged = {
+            "seeds": data["seeds"],
+            "path": "sb3",
+            **case,
+            "env_name": case["env"],
+            "env": {**base["env"], **case.get("env_overrides", {})},
+        }
         cases.append(merged)
     return cases
 
@@ -115,17 +121,33 @@ class SB3Probe:
         try:
             dist = self._distribution()
         except ValueError:  # torch refuses NaN/inf distribution parameters: that is the measurement
-            return measure.Snapshot(step, "categorical", probs=[np.full((1, 2), np.nan)], param_norm=norm,
-                                    params_finite=False)
+            return measure.Snapshot(
+                step, "categorical", probs=[np.full((1, 2), np.nan)], param_norm=norm, params_finite=False
+            )
         if isinstance(dist, list):
-            return measure.Snapshot(step, "categorical", probs=[d.probs.numpy().astype(np.float64) for d in dist],
-                                    param_norm=norm, params_finite=finite)
+            return measure.Snapshot(
+                step,
+                "categorical",
+                probs=[d.probs.numpy().astype(np.float64) for d in dist],
+                param_norm=norm,
+                params_finite=finite,
+            )
         if isinstance(dist, Categorical):
-            return measure.Snapshot(step, "categorical", probs=[dist.probs.numpy().astype(np.float64)],
-                                    param_norm=norm, params_finite=finite)
-        return measure.Snapshot(step, "normal", mean=dist.loc.numpy().astype(np.float64),
-                                std=dist.scale.expand_as(dist.loc).numpy().astype(np.float64),
-                                param_norm=norm, params_finite=finite)
+            return measure.Snapshot(
+                step,
+                "categorical",
+                probs=[dist.probs.numpy().astype(np.float64)],
+                param_norm=norm,
+                params_finite=finite,
+            )
+        return measure.Snapshot(
+            step,
+            "normal",
+            mean=dist.loc.numpy().astype(np.float64),
+            std=dist.scale.expand_as(dist.loc).numpy().astype(np.float64),
+            param_norm=norm,
+            params_finite=finite,
+        )
 
     def _distribution(self) -> Any:
         import torch as th
@@ -240,11 +262,21 @@ def run_sb3(case: dict[str, Any], seed: int, out: Path) -> dict[str, Any]:
     record["rollouts"]["end"] = _safe_rollout(probe)
     env.close()
     history = watch.history
-    return {"history": {"steps": history.steps, "series": history.series, "context": history.context,
-                        "total_steps": history.total_steps, "error": history.error},
-            "error": error, "train_seconds": seconds, "timesteps": int(model.num_timesteps),
-            "callback_verdict": watch.verdict.to_dict(), "stopped_by": watch.stopped_by,
-            "measurements": _summarise(record, budget)}
+    return {
+        "history": {
+            "steps": history.steps,
+            "series": history.series,
+            "context": history.context,
+            "total_steps": history.total_steps,
+            "error": history.error,
+        },
+        "error": error,
+        "train_seconds": seconds,
+        "timesteps": int(model.num_timesteps),
+        "callback_verdict": watch.verdict.to_dict(),
+        "stopped_by": watch.stopped_by,
+        "measurements": _summarise(record, budget),
+    }
 
 
 def _summarise(record: dict[str, Any], budget: int) -> dict[str, Any]:
@@ -260,10 +292,12 @@ def _summarise(record: dict[str, Any], budget: int) -> dict[str, Any]:
         "finite": [s.finite() for s in snaps],
         "kind": first.kind,
         "budget": budget,
-        "std_max": [float(np.max(s.std)) if s.kind == "normal" and s.std is not None and s.std.size else None
-                    for s in snaps],
-        "std_min": [float(np.min(s.std)) if s.kind == "normal" and s.std is not None and s.std.size else None
-                    for s in snaps],
+        "std_max": [
+            float(np.max(s.std)) if s.kind == "normal" and s.std is not None and s.std.size else None for s in snaps
+        ],
+        "std_min": [
+            float(np.min(s.std)) if s.kind == "normal" and s.std is not None and s.std.size else None for s in snaps
+        ],
     }
     out["rollouts"] = record["rollouts"]
     return out
@@ -288,11 +322,20 @@ def run_one(job: tuple[dict[str, Any], int, str]) -> str:
         result = (run_cleanrl if case["path"] == "cleanrl" else run_sb3)(case, seed, out)
     except Exception:
         result = {"runner_error": traceback.format_exc()}
-    result |= {"case": case["id"], "seed": seed, "class": case["class"], "mechanism": case["mechanism"],
-               "env": case["env_name"], "algo": case.get("algo", "cleanrl-ppo"), "path": case["path"],
-               "wall_seconds": time.perf_counter() - started}
+    result |= {
+        "case": case["id"],
+        "seed": seed,
+        "class": case["class"],
+        "mechanism": case["mechanism"],
+        "env": case["env_name"],
+        "algo": case.get("algo", "cleanrl-ppo"),
+        "path": case["path"],
+        "wall_seconds": time.perf_counter() - started,
+    }
     (out / "run.json").write_text(json.dumps(result, default=_jsonable))
-    return f"{run_id(case, seed)}: {time.perf_counter() - started:.0f}s" + (" RUNNER ERROR" if "runner_error" in result else "")
+    return f"{run_id(case, seed)}: {time.perf_counter() - started:.0f}s" + (
+        " RUNNER ERROR" if "runner_error" in result else ""
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -9,6 +9,7 @@ Paths:
   CleanRL's), with everything the callback adds removed: what ``rlsweep diagnose`` gets from
   a run trained without rlsweep.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,13 @@ def sweep_history(run: dict[str, Any]) -> History | None:
     context = dict(h["context"])
     if "entropy_max" not in context and not context.get("continuous", True):
         context["entropy_max"] = _entropy_max(run["case"])  # runs recorded before the callback noted it
-    return History(steps=h["steps"], series={k: (v[0], v[1]) for k, v in h["series"].items()},
-                   context=context, error=h["error"], total_steps=h["total_steps"])
+    return History(
+        steps=h["steps"],
+        series={k: (v[0], v[1]) for k, v in h["series"].items()},
+        context=context,
+        error=h["error"],
+        total_steps=h["total_steps"],
+    )
 
 
 _ENTROPY_MAX: dict[str, float | None] = {}
@@ -71,8 +77,9 @@ def _entropy_max(case_id: str) -> float | None:
         case = next(c for c in load_cases() if c["id"] == case_id)
         space = env_factory(case["env"])().action_space
         n = getattr(space, "nvec", None)
-        _ENTROPY_MAX[case_id] = (float(np.sum(np.log(n))) if n is not None else
-                                 math.log(space.n) if hasattr(space, "n") else None)
+        _ENTROPY_MAX[case_id] = (
+            float(np.sum(np.log(n))) if n is not None else math.log(space.n) if hasattr(space, "n") else None
+        )
     return _ENTROPY_MAX[case_id]
 
 
@@ -104,15 +111,17 @@ def references(runs: list[dict[str, Any]]) -> dict[str, float]:
     envs = yaml.safe_load(CASES.read_text())["envs"]
     out = {}
     for env, spec in envs.items():
-        values = [labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs
-                  if r["case"] == spec["reference"]]
+        values = [
+            labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs if r["case"] == spec["reference"]
+        ]
         values = [v for v in values if math.isfinite(v)]
         out[env] = fmean(values) if values else math.nan
     return out
 
 
-def score(runs: list[dict[str, Any]], thresholds: Thresholds, split: str,
-          exclude_envs: tuple[str, ...] = ()) -> dict[str, Any]:
+def score(
+    runs: list[dict[str, Any]], thresholds: Thresholds, split: str, exclude_envs: tuple[str, ...] = ()
+) -> dict[str, Any]:
     cases = {c["id"]: c for c in load_cases()}
     refs = references(runs)
     rows = []
@@ -121,8 +130,16 @@ def score(runs: list[dict[str, Any]], thresholds: Thresholds, split: str,
         if case is None or (split != "all" and case["split"] != split) or run["env"] in exclude_envs:
             continue
         truth = labels.label(run, refs.get(run["env"]))
-        row = {"case": run["case"], "seed": run["seed"], "mechanism": run["mechanism"], "intended": run["class"],
-               "label": truth, "algo": run["algo"], "env": run["env"], "split": case["split"]}
+        row = {
+            "case": run["case"],
+            "seed": run["seed"],
+            "mechanism": run["mechanism"],
+            "intended": run["class"],
+            "label": truth,
+            "algo": run["algo"],
+            "env": run["env"],
+            "split": case["split"],
+        }
         for path, history in (("sweep", sweep_history(run)), ("diagnose", plain_log_history(run))):
             if history is None or not len(history):
                 continue
@@ -146,25 +163,45 @@ def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
         tp = confusion[(c, c)]
         predicted = sum(v for (t, p), v in confusion.items() if p == c)
         actual = sum(v for (t, p), v in confusion.items() if t == c)
-        per_class[c] = {"precision": tp / predicted if predicted else math.nan, "recall": tp / actual if actual else math.nan,
-                        "support": actual, "predicted": predicted}
+        per_class[c] = {
+            "precision": tp / predicted if predicted else math.nan,
+            "recall": tp / actual if actual else math.nan,
+            "support": actual,
+            "predicted": predicted,
+        }
     mech: dict[str, list[bool]] = defaultdict(list)
     for r in scored:
         if r["label"] != "healthy":
             mech[f"{r['label']}/{r['mechanism']}"].append(r[path] == r["label"])
     healthy = [r for r in scored if r["label"] == "healthy"]
-    delays = [(r["sweep_reached"] - r["sweep_onset"]) / r["budget"] for r in scored
-              if path == "sweep" and r[path] == r["label"] != "healthy" and r.get("budget") and r.get("sweep_onset") is not None]
-    reached = [r["sweep_reached"] / r["budget"] for r in scored
-               if path == "sweep" and r[path] == r["label"] != "healthy" and r.get("budget")]
-    return {"onset_to_verdict_budget_fraction": _quantiles(delays), "verdict_at_budget_fraction": _quantiles(reached),
-            "runs": len(scored), "accuracy": fmean([r[path] == r["label"] for r in scored]) if scored else math.nan,
-            "per_class": per_class, "confusion": {f"{t} -> {p}": v for (t, p), v in sorted(confusion.items())},
-            "mechanism_recall": {k: fmean(v) for k, v in sorted(mech.items())},
-            "healthy_flagged": sum(r[path] != "healthy" for r in healthy), "healthy_runs": len(healthy),
-            # what stop_on [KIND] would have stopped among runs labelled healthy: any certain finding counts
-            "false_stop_rate": {k: sum(k in r.get(f"{path}_certain", []) for r in healthy) / max(len(healthy), 1)
-                                for k in TARGETS}}
+    delays = [
+        (r["sweep_reached"] - r["sweep_onset"]) / r["budget"]
+        for r in scored
+        if path == "sweep"
+        and r[path] == r["label"] != "healthy"
+        and r.get("budget")
+        and r.get("sweep_onset") is not None
+    ]
+    reached = [
+        r["sweep_reached"] / r["budget"]
+        for r in scored
+        if path == "sweep" and r[path] == r["label"] != "healthy" and r.get("budget")
+    ]
+    return {
+        "onset_to_verdict_budget_fraction": _quantiles(delays),
+        "verdict_at_budget_fraction": _quantiles(reached),
+        "runs": len(scored),
+        "accuracy": fmean([r[path] == r["label"] for r in scored]) if scored else math.nan,
+        "per_class": per_class,
+        "confusion": {f"{t} -> {p}": v for (t, p), v in sorted(confusion.items())},
+        "mechanism_recall": {k: fmean(v) for k, v in sorted(mech.items())},
+        "healthy_flagged": sum(r[path] != "healthy" for r in healthy),
+        "healthy_runs": len(healthy),
+        # what stop_on [KIND] would have stopped among runs labelled healthy: any certain finding counts
+        "false_stop_rate": {
+            k: sum(k in r.get(f"{path}_certain", []) for r in healthy) / max(len(healthy), 1) for k in TARGETS
+        },
+    }
 
 
 def _quantiles(values: list[float]) -> dict[str, float] | None:
@@ -189,13 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         for r in result["rows"]:
             mark = "" if r.get("sweep", r["label"]) == r["label"] and r.get("diagnose") == r["label"] else "  <-- "
-            print(f"{r['case']:36s} s{r['seed']} {r['intended']:22s} label={r['label']:22s} "
-                  f"sweep={r.get('sweep', '-'):22s} diag={r.get('diagnose', '-')}{mark}")
+            print(
+                f"{r['case']:36s} s{r['seed']} {r['intended']:22s} label={r['label']:22s} "
+                f"sweep={r.get('sweep', '-'):22s} diag={r.get('diagnose', '-')}{mark}"
+            )
     for path, m in result["paths"].items():
-        print(f"\n[{args.split}] {path}: {m['runs']} runs, accuracy {m['accuracy']:.3f}, "
-              f"healthy flagged {m['healthy_flagged']}/{m['healthy_runs']}")
+        print(
+            f"\n[{args.split}] {path}: {m['runs']} runs, accuracy {m['accuracy']:.3f}, "
+            f"healthy flagged {m['healthy_flagged']}/{m['healthy_runs']}"
+        )
         for c, v in m["per_class"].items():
-            print(f"  {c:22s} P={v['precision']:.2f} R={v['recall']:.2f} (n={v['support']}, predicted {v['predicted']})")
+            print(
+                f"  {c:22s} P={v['precision']:.2f} R={v['recall']:.2f} (n={v['support']}, predicted {v['predicted']})"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return 0
