@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     (BENCH / "repair.md").write_text("\n".join(markdown(corpus, repros)) + "\n")
     print(f"wrote {BENCH / 'repair.md'}")
     counts = Counter((r["strategy"], r["repaired"]) for r in corpus)
-    print({f"{s}": f"{counts[(s, True)]}/{counts[(s, True)] + counts[(s, False)]}" for s in STRATEGIES})
+    print(json.dumps({s: f"{counts[(s, True)]}/{counts[(s, True)] + counts[(s, False)]}" for s in STRATEGIES}))
     return 0
 
 

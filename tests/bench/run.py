@@ -125,10 +125,10 @@ def _stability(name: str):
     return bench
 
 
-def bench_zoo(repeat: int) -> dict:
-    """rl-zoo3's tuner vs rlsweep replaying the configs it sampled (zoo_compare.py)."""
+def _script(name: str, *args: str) -> dict:
+    """Run ``tests/bench/NAME`` in its own process; its last line of output is its figures (JSON)."""
     result = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "bench" / "zoo_compare.py"), "8", "20000"],
+        [sys.executable, str(REPO / "tests" / "bench" / name), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -137,49 +137,27 @@ def bench_zoo(repeat: int) -> dict:
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bench_zoo(repeat: int) -> dict:
+    """rl-zoo3's tuner vs rlsweep replaying the configs it sampled (zoo_compare.py)."""
+    return _script("zoo_compare.py", "8", "20000")
 
 
 def bench_ray(repeat: int) -> dict:
     """The same sweep on local workers and on a local 2-CPU Ray instance (ray_compare.py)."""
-    result = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "bench" / "ray_compare.py"), str(repeat)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return _script("ray_compare.py", str(repeat))
 
 
 def bench_reliability(repeat: int) -> dict:
     """Faults injected into real sweeps (reliability.py)."""
-    result = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "bench" / "reliability.py"), str(2 + repeat)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return _script("reliability.py", str(2 + repeat))
 
 
 def bench_repair(repeat: int) -> dict:
     """rlsweep repair vs random knob changes on the held-out corpus failures and the reproductions
     (repair_bench.py: writes repair.md; needs the corpus, which stability_detection runs)."""
-    result = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "bench" / "repair_bench.py"), "--jobs", "2"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    return {"summary": result.stdout.strip().splitlines()[-1]}
+    return _script("repair_bench.py", "--jobs", "2")
 
 
 BENCHES = {
