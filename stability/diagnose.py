@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+from stability import keys
 from stability.readers import LogReadError, read_mlflow_run, read_tensorboard
 from stability.signals import History, group_steps
 from stability.thresholds import Thresholds
@@ -43,12 +44,12 @@ def load_history(source: str | Path, error: str | None = None, tracking_uri: str
         )
     scalars, tags = read_mlflow_run(text, tracking_uri)
     context = {}
-    if tags.get("stability.context"):
+    if tags.get(keys.STABILITY_CONTEXT):
         try:
-            context = json.loads(tags["stability.context"])
+            context = json.loads(tags[keys.STABILITY_CONTEXT])
         except json.JSONDecodeError:
             context = {}
-    return history_from_scalars(scalars, context=context, error=error or tags.get("rlsweep.error"))
+    return history_from_scalars(scalars, context=context, error=error or tags.get(keys.ERROR))
 
 
 def diagnose(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from stability import keys
 from sweeps import spec as spec_module
 from sweeps.errors import SpecError, UsageError
 
@@ -200,10 +201,10 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     counts: dict[str, int] = {}
     verdicts: dict[str, int] = {}
     for t in trials:
-        outcome = t.user_attrs.get("rlsweep.outcome", t.state.name.lower())
+        outcome = t.user_attrs.get(keys.OUTCOME, t.state.name.lower())
         counts[outcome] = counts.get(outcome, 0) + 1
-        if t.user_attrs.get("rlsweep.verdict"):
-            verdicts[t.user_attrs["rlsweep.verdict"]] = verdicts.get(t.user_attrs["rlsweep.verdict"], 0) + 1
+        if t.user_attrs.get(keys.VERDICT):
+            verdicts[t.user_attrs[keys.VERDICT]] = verdicts.get(t.user_attrs[keys.VERDICT], 0) + 1
     console.print(trials_table(trials, f"{names[0]}: {len(trials)} trials"))
     console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
     console.print(verdict_counts(verdicts), highlight=False)

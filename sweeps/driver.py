@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from stability import keys
 from stability.verdict import PRIORITY
 from sweeps import repair as rp
 from sweeps import space as sp
@@ -135,7 +136,7 @@ class Driver:
         p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
         for t in previous:
-            verdict = t.user_attrs.get(st.VERDICT)
+            verdict = t.user_attrs.get(keys.VERDICT)
             if verdict:
                 p.verdicts[verdict] = p.verdicts.get(verdict, 0) + 1
         self._update_best(previous)
@@ -181,7 +182,7 @@ class Driver:
     def _open_trial(self) -> None:
         trial = self.study.ask(self.distributions)
         params = sp.decode(self.dims, trial.params)
-        trial.set_user_attr("rlsweep.params", _jsonable(params))
+        trial.set_user_attr(keys.PARAMS, _jsonable(params))
         active = ActiveTrial(trial.number, trial, params, self.spec.seed_list)
         self.active[trial.number] = active
         active.logged, configs = trial_configs(self.spec, trial.number, params, active.seeds, self._stability)
@@ -222,7 +223,7 @@ class Driver:
                 lambda: self.tracker.end_run(
                     run_id,
                     "KILLED",
-                    tags={"rlsweep.outcome": "skipped", "rlsweep.cancelled": event.payload["reason"]}
+                    tags={keys.OUTCOME: "skipped", keys.CANCELLED: event.payload["reason"]}
                     | self._attempt_tags(event.key),
                 )
             )
@@ -234,9 +235,9 @@ class Driver:
                     run_id,
                     "FAILED",
                     tags={
-                        "rlsweep.outcome": "crashed",
-                        "rlsweep.worker": active.workers.get(seed, ""),
-                        "rlsweep.error": f"{error['type']}: {error['message']}",
+                        keys.OUTCOME: "crashed",
+                        keys.WORKER: active.workers.get(seed, ""),
+                        keys.ERROR: f"{error['type']}: {error['message']}",
                     }
                     | self._attempt_tags(event.key),
                     texts={"error.txt": error.get("traceback") or error["message"]},
@@ -268,19 +269,15 @@ class Driver:
 
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
         tries = self.attempts.get(key)
-        return (
-            {"rlsweep.attempts": str(len(tries) + 1), "rlsweep.retried_after": " | ".join(tries)[:5000]}
-            if tries
-            else {}
-        )
+        return {keys.ATTEMPTS: str(len(tries) + 1), keys.RETRIED_AFTER: " | ".join(tries)[:5000]} if tries else {}
 
     def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: dict[str, Any]) -> None:
         verdict = result.get("verdict") or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
         tags = {
-            "rlsweep.worker": active.workers.get(seed, ""),
+            keys.WORKER: active.workers.get(seed, ""),
             **_verdict_tags(verdict),
-            "stability.context": json.dumps(result.get("context") or {}, default=str),
+            keys.STABILITY_CONTEXT: json.dumps(result.get("context") or {}, default=str),
             **{f"rlsweep.{k}": str(v) for k, v in (result.get("extra") or {}).items()},
             **self._attempt_tags((active.number, seed)),
         }
@@ -292,12 +289,12 @@ class Driver:
             active.unstable[seed] = (
                 verdict["verdict"] if verdict.get("verdict", "healthy") != "healthy" else result["stopped_by"]
             )
-            tags |= {"rlsweep.outcome": "unstable", "stability.stopped_by": result["stopped_by"]}
+            tags |= {keys.OUTCOME: "unstable", keys.STABILITY_STOPPED_BY: result["stopped_by"]}
             crash = next(
                 (f["evidence"]["error"] for f in verdict.get("findings", []) if "error" in f["evidence"]), None
             )
             if crash:  # the crash that ended it (torch's "Expected parameter ..."): diagnose reads it back
-                tags["rlsweep.error"] = crash
+                tags[keys.ERROR] = crash
             self._skip_rest(active)
             self._mlflow.append(
                 lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags, texts=texts, files=files)
@@ -305,7 +302,7 @@ class Driver:
             return
         active.returns[seed] = result["mean_return"]
         metrics |= {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]}
-        tags["rlsweep.outcome"] = "complete"
+        tags[keys.OUTCOME] = "complete"
         self._mlflow.append(
             lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
         )
@@ -324,9 +321,7 @@ class Driver:
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
             self._mlflow.append(
-                partial(
-                    self.tracker.end_run, active.child_runs[config.seed], "KILLED", tags={"rlsweep.outcome": "skipped"}
-                )
+                partial(self.tracker.end_run, active.child_runs[config.seed], "KILLED", tags={keys.OUTCOME: "skipped"})
             )
 
     def _close_trial(self, active: ActiveTrial) -> None:
@@ -337,17 +332,17 @@ class Driver:
             self._close_repair(active)
             return
         trial, p = active.optuna_trial, self.progress
-        trial.set_user_attr("rlsweep.returns", {str(s): r for s, r in active.returns.items()})
+        trial.set_user_attr(keys.RETURNS, {str(s): r for s, r in active.returns.items()})
         verdict = trial_verdict(active.verdicts)
         if active.verdicts:
-            trial.set_user_attr(st.VERDICT, verdict["verdict"])
-            trial.set_user_attr("rlsweep.verdicts", {str(s): v["verdict"] for s, v in active.verdicts.items()})
+            trial.set_user_attr(keys.VERDICT, verdict["verdict"])
+            trial.set_user_attr(keys.VERDICTS, {str(s): v["verdict"] for s, v in active.verdicts.items()})
             p.verdicts[verdict["verdict"]] = p.verdicts.get(verdict["verdict"], 0) + 1
         tags = _verdict_tags(verdict) if active.verdicts else {}
         failing = bool(active.errors or active.unstable) or verdict["verdict"] != "healthy"
         patches = rp.candidates(active.verdicts, PRIORITY)
         if failing:  # what ``rlsweep repair`` will try (set now: a finished trial's attributes are final)
-            trial.set_user_attr(st.PATCHES, patches)
+            trial.set_user_attr(keys.PATCHES, patches)
         texts = {
             "stability/verdict.json": json.dumps(
                 verdict | {"seeds": {str(s): v for s, v in active.verdicts.items()}}, indent=2
@@ -356,31 +351,31 @@ class Driver:
         if active.errors:
             seed, error = next(iter(active.errors.items()))
             message = f"seed {seed}: {error['type']}: {error['message']}"
-            trial.set_user_attr(st.OUTCOME, "crashed")
-            trial.set_user_attr("rlsweep.error", message[:1000])
+            trial.set_user_attr(keys.OUTCOME, "crashed")
+            trial.set_user_attr(keys.ERROR, message[:1000])
             self.study.tell(trial, state=TrialState.FAIL)
             self._mlflow.append(
                 lambda: self.tracker.end_run(
                     active.parent_run,
                     "FAILED",
-                    tags={"rlsweep.outcome": "crashed", "rlsweep.error": message} | tags,
+                    tags={keys.OUTCOME: "crashed", keys.ERROR: message} | tags,
                     texts=texts,
                 )
             )
             p.failed += 1
         elif active.unstable:
             # Ended by its verdict: pruned in Optuna (samplers learn the region is bad), never scored.
-            trial.set_user_attr(st.OUTCOME, "unstable")
+            trial.set_user_attr(keys.OUTCOME, "unstable")
             self.study.tell(trial, state=TrialState.PRUNED)
             self._mlflow.append(
                 lambda: self.tracker.end_run(
-                    active.parent_run, "FAILED", tags={"rlsweep.outcome": "unstable"} | tags, texts=texts
+                    active.parent_run, "FAILED", tags={keys.OUTCOME: "unstable"} | tags, texts=texts
                 )
             )
             p.failed += 1
         else:
             value = _AGGREGATE[self.spec.objective.aggregate](list(active.returns.values()))
-            trial.set_user_attr(st.OUTCOME, "complete")
+            trial.set_user_attr(keys.OUTCOME, "complete")
             self.study.tell(trial, value)
             metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
             self._mlflow.append(
@@ -388,7 +383,7 @@ class Driver:
                     active.parent_run,
                     "FINISHED",
                     metrics=metrics,
-                    tags={"rlsweep.outcome": "complete"} | tags,
+                    tags={keys.OUTCOME: "complete"} | tags,
                     texts=texts,
                 )
             )
@@ -512,12 +507,12 @@ class Driver:
             return
         name = f"trial-{plan.origin}-repair-{attempt.number}" + ("-confirm" if active.confirming else "")
         tags = {
-            st.REPAIR_OF: str(plan.origin),
-            st.REPAIR_ATTEMPT: str(attempt.number),
-            st.REPAIR_PATCH: json.dumps(attempt.patch),
+            keys.REPAIR_OF: str(plan.origin),
+            keys.REPAIR_ATTEMPT: str(attempt.number),
+            keys.REPAIR_PATCH: json.dumps(attempt.patch),
         }
         if active.confirming:
-            tags["rlsweep.repair_confirm"] = attempt.run_id
+            tags[keys.REPAIR_CONFIRM] = attempt.run_id
         resolved = self.spec.resolved() | {
             "repair_of": plan.origin,
             "params": _jsonable(plan.params),
@@ -537,14 +532,14 @@ class Driver:
         verdict = trial_verdict(active.verdicts)
         label = verdict["verdict"] if verdict["verdict"] != "healthy" or not active.errors else "crashed"
         outcome = "crashed" if active.errors else "unstable" if active.unstable else "complete"
-        tags = {"rlsweep.outcome": outcome} | _verdict_tags({"verdict": label, "onset_step": verdict["onset_step"]})
+        tags = {keys.OUTCOME: outcome} | _verdict_tags({"verdict": label, "onset_step": verdict["onset_step"]})
         if active.confirming:
             ok = plan.confirmed(attempt, names, dict(active.returns))
             self._mlflow.append(
                 lambda: self.tracker.end_run(
                     active.parent_run,
                     "FINISHED" if ok else "FAILED",
-                    tags=tags | {"rlsweep.repair_confirmed": str(ok)},
+                    tags=tags | {keys.REPAIR_CONFIRMED: str(ok)},
                     metrics={f"eval/return_seed_{s}": r for s, r in active.returns.items()},
                 )
             )
@@ -566,7 +561,7 @@ class Driver:
                 active.parent_run,
                 "FINISHED" if outcome == "complete" else "FAILED",
                 metrics=metrics,
-                tags=tags | {"rlsweep.repair_result": why},
+                tags=tags | {keys.REPAIR_RESULT: why},
                 texts={
                     "stability/verdict.json": json.dumps(
                         verdict | {"seeds": {str(s): v for s, v in active.verdicts.items()}}, indent=2
@@ -604,19 +599,19 @@ class Driver:
                 label = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
                 params[f"patch.{knob}"], dists[f"patch.{knob}"] = label, CategoricalDistribution([label])
         attrs = {
-            st.OUTCOME: state_of["outcome"],
-            "rlsweep.params": _jsonable(decoded),
-            st.REPAIR_OF: plan.origin,
-            st.REPAIR_ATTEMPT: attempt.number,
-            st.REPAIR_PATCH: attempt.patch,
-            "rlsweep.returns": {str(s): r for s, r in state_of["returns"].items()},
-            st.VERDICT: attempt.verdict,
-            "rlsweep.verdicts": {str(s): v for s, v in attempt.verdicts.items()},
-            st.PATCHES: attempt.offered,
-            "rlsweep.repair_result": attempt.result,
+            keys.OUTCOME: state_of["outcome"],
+            keys.PARAMS: _jsonable(decoded),
+            keys.REPAIR_OF: plan.origin,
+            keys.REPAIR_ATTEMPT: attempt.number,
+            keys.REPAIR_PATCH: attempt.patch,
+            keys.RETURNS: {str(s): r for s, r in state_of["returns"].items()},
+            keys.VERDICT: attempt.verdict,
+            keys.VERDICTS: {str(s): v for s, v in attempt.verdicts.items()},
+            keys.PATCHES: attempt.offered,
+            keys.REPAIR_RESULT: attempt.result,
         }
         if attempt.confirm is not None:
-            attrs[st.CONFIRM] = attempt.confirm
+            attrs[keys.CONFIRM] = attempt.confirm
         value = (
             _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values()))
             if state_of["outcome"] == "complete" and state_of["returns"]
@@ -634,9 +629,9 @@ class Driver:
         status = plan.status if plan.status != "pending" else "failed"
         self.progress.repairs[status] = self.progress.repairs.get(status, 0) + 1
         fixed = plan.repaired
-        tags = {"rlsweep.repair": f"{status}: {plan.message}"}
+        tags = {keys.REPAIR: f"{status}: {plan.message}"}
         if fixed is not None:
-            tags["rlsweep.repaired_by"] = fixed.run_id
+            tags[keys.REPAIRED_BY] = fixed.run_id
 
         def link() -> None:  # the failing trial's run points at its repair
             parent = plan.context.get("parent_run") or self.tracker.find_trial_run(plan.origin)
@@ -661,7 +656,7 @@ class Driver:
             for active in self.active.values():
                 for run_id in [*active.child_runs.values(), active.parent_run]:
                     if run_id:
-                        self.tracker.end_run(run_id, "KILLED", tags={"rlsweep.outcome": "interrupted"})
+                        self.tracker.end_run(run_id, "KILLED", tags={keys.OUTCOME: "interrupted"})
 
     def _update_best(self, trials: list[Any]) -> None:
         complete = [t for t in trials if t.value is not None and t.state.name == "COMPLETE"]
@@ -745,7 +740,7 @@ def _holds(dist: Any, value: Any) -> bool:
 
 def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:
     onset = verdict.get("onset_step")
-    return {"stability.verdict": verdict["verdict"], "stability.onset_step": "" if onset is None else str(onset)}
+    return {keys.STABILITY_VERDICT: verdict["verdict"], keys.STABILITY_ONSET: "" if onset is None else str(onset)}
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from stability import keys
 from sweeps.driver import Progress
 
 
@@ -83,16 +84,16 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
     ranked = sorted(trials, key=lambda t: (t.value is None, -(t.value or 0.0), t.number))
     for t in ranked[:limit]:
         attrs = t.user_attrs
-        outcome = attrs.get("rlsweep.outcome", t.state.name.lower())
-        returns = ", ".join(f"{float(v):.1f}" for v in attrs.get("rlsweep.returns", {}).values())
-        params = attrs.get("rlsweep.params", t.params)
+        outcome = attrs.get(keys.OUTCOME, t.state.name.lower())
+        returns = ", ".join(f"{float(v):.1f}" for v in attrs.get(keys.RETURNS, {}).values())
+        params = attrs.get(keys.PARAMS, t.params)
         text = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, float) else f'{v:.4g}'}" for k, v in params.items())
-        if "rlsweep.repair_of" in attrs:
-            outcome += f" (repair of {attrs['rlsweep.repair_of']})"
-            patch = ", ".join(f"{k}={json.dumps(v)}" for k, v in (attrs.get("rlsweep.repair_patch") or {}).items())
+        if keys.REPAIR_OF in attrs:
+            outcome += f" (repair of {attrs[keys.REPAIR_OF]})"
+            patch = ", ".join(f"{k}={json.dumps(v)}" for k, v in (attrs.get(keys.REPAIR_PATCH) or {}).items())
             text = (text + "; " if text else "") + f"patch: {patch}"
-        if "rlsweep.error" in attrs:
-            text += f"\n[red]{attrs['rlsweep.error'][:300]}[/red]"
+        if keys.ERROR in attrs:
+            text += f"\n[red]{attrs[keys.ERROR][:300]}[/red]"
         value = "-" if t.value is None else f"{t.value:.2f}"
-        table.add_row(str(t.number), outcome, attrs.get("rlsweep.verdict", "-"), value, returns or "-", text or "-")
+        table.add_row(str(t.number), outcome, attrs.get(keys.VERDICT, "-"), value, returns or "-", text or "-")
     return table

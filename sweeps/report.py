@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from stability import keys
 from sweeps.results import SCORE_RULE, SweepResults, TrialRecord
 
 COLOURS = {
@@ -240,13 +241,13 @@ def curve_points(res: SweepResults, numbers: list[int]) -> dict[int, list[tuple[
     out: dict[int, list[tuple[int, list[tuple[int, float]]]]] = {}
     found = client.search_runs([experiment.experiment_id], filter_string="tags.`rlsweep.seed` != ''", max_results=5000)
     for run in found:
-        number = int(run.data.tags.get("rlsweep.trial", -1))
+        number = int(run.data.tags.get(keys.TRIAL, -1))
         if number not in numbers:
             continue
         key = "stability/ep_return" if "stability/ep_return" in run.data.metrics else "rollout/ep_rew_mean"
         history = client.get_metric_history(run.info.run_id, key)
         points = sorted((m.step, m.value) for m in history if math.isfinite(m.value))
-        out.setdefault(number, []).append((int(run.data.tags["rlsweep.seed"]), points))
+        out.setdefault(number, []).append((int(run.data.tags[keys.SEED]), points))
     for items in out.values():
         items.sort()
     return out
@@ -414,7 +415,7 @@ def log_to_mlflow(res: SweepResults, folder: Path) -> None:
         run_id = found[0].info.run_id
     else:
         run_id = client.create_run(
-            experiment.experiment_id, run_name="report", tags={"rlsweep.kind": "report", "rlsweep.sweep": res.spec.name}
+            experiment.experiment_id, run_name="report", tags={keys.KIND: "report", keys.SWEEP: res.spec.name}
         ).info.run_id
     for name in (*FIGURES, "report.html"):
         client.log_artifact(run_id, str(folder / name), artifact_path="report")

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stability import keys
 from sweeps import spec as spec_module
 from sweeps.errors import UsageError
-from sweeps.study import CONFIRM, REPAIR_OF, REPAIR_PATCH
 
 # The robust score that ranks configs: mean minus (population) standard deviation of the
 # per-seed evaluation returns. It rewards configs that are good on every seed, not lucky on one;
@@ -119,21 +119,21 @@ def load(name: str) -> SweepResults:
     records = []
     for t in study.get_trials(deepcopy=False):
         attrs = t.user_attrs
-        outcome = attrs.get("rlsweep.outcome", "running" if t.state.name == "RUNNING" else t.state.name.lower())
+        outcome = attrs.get(keys.OUTCOME, "running" if t.state.name == "RUNNING" else t.state.name.lower())
         records.append(
             TrialRecord(
                 number=t.number,
                 state=t.state.name,
                 outcome=outcome,
-                params=dict(attrs.get("rlsweep.params", {})),
-                returns={int(k): float(v) for k, v in attrs.get("rlsweep.returns", {}).items()},
-                verdicts={int(k): v for k, v in attrs.get("rlsweep.verdicts", {}).items()},
-                verdict=attrs.get("rlsweep.verdict"),
+                params=dict(attrs.get(keys.PARAMS, {})),
+                returns={int(k): float(v) for k, v in attrs.get(keys.RETURNS, {}).items()},
+                verdicts={int(k): v for k, v in attrs.get(keys.VERDICTS, {}).items()},
+                verdict=attrs.get(keys.VERDICT),
                 value=t.value,
-                error=attrs.get("rlsweep.error", ""),
-                repair_of=attrs.get(REPAIR_OF),
-                patch=dict(attrs.get(REPAIR_PATCH) or {}),
-                confirm=attrs.get(CONFIRM),
+                error=attrs.get(keys.ERROR, ""),
+                repair_of=attrs.get(keys.REPAIR_OF),
+                patch=dict(attrs.get(keys.REPAIR_PATCH) or {}),
+                confirm=attrs.get(keys.CONFIRM),
             )
         )
     return SweepResults(spec, records, study)

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from stability import keys
 from sweeps._yaml import dump_yaml
 from sweeps.driver import Progress
 from sweeps.errors import UsageError
@@ -194,7 +195,7 @@ def repair_sweep(
                         t.failure_class or "crashed",
                         t.returns,
                         spec.seed_list,
-                        list(f.user_attrs.get(study.PATCHES, [])),
+                        list(f.user_attrs.get(keys.PATCHES, [])),
                         dict(f.params),
                         dict(f.distributions),
                     )

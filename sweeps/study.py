@@ -3,7 +3,7 @@
 Trial user attributes written here (read by ``status`` and later by export/report):
 ``rlsweep.outcome`` (complete | unstable | crashed | interrupted), ``rlsweep.params`` (decoded
 values as JSON), ``rlsweep.returns`` ({seed: mean return}), ``rlsweep.error`` (type: message), and
-for repairs (:mod:`sweeps.repair`) the keys below. A repair attempt is a trial of its own, added
+for repairs (:mod:`sweeps.repair`) those of :mod:`stability.keys`. A repair attempt is a trial of its own, added
 finished with its real params; it never counts towards ``trials``.
 """
 
@@ -13,17 +13,10 @@ import hashlib
 import json
 from typing import Any
 
+from stability import keys
 from sweeps.errors import UsageError
 from sweeps.spec import SweepSpec
 
-OUTCOME = "rlsweep.outcome"
-VERDICT = "rlsweep.verdict"
-PATCHES = "rlsweep.patches"  # a failed trial's candidate knob patches, in repair's order
-REPAIR_OF = "rlsweep.repair_of"  # on a repair attempt: the failing trial it repairs
-REPAIR_ATTEMPT = "rlsweep.repair_attempt"
-REPAIR_PATCH = "rlsweep.repair_patch"
-CONFIRM = "rlsweep.confirm"  # a repair's scores on fresh seeds
-_FINGERPRINT = "rlsweep.fingerprint"
 # Keys that may change between runs of the same sweep without making it a different sweep.
 _MUTABLE = ("trials", "workers", "tracking")
 
@@ -64,9 +57,9 @@ def open_study(spec: SweepSpec) -> Any:
         study_name=spec.name, storage=storage, sampler=make_sampler(spec), direction="maximize", load_if_exists=True
     )
     mark = fingerprint(spec)
-    stored = study.user_attrs.get(_FINGERPRINT)
+    stored = study.user_attrs.get(keys.FINGERPRINT)
     if stored is None:
-        study.set_user_attr(_FINGERPRINT, mark)
+        study.set_user_attr(keys.FINGERPRINT, mark)
     elif stored != mark:
         raise UsageError(
             f"{spec.storage_dir} holds the sweep '{spec.name}' run from a different spec (only trials, "
@@ -82,7 +75,7 @@ def requeue_interrupted(study: Any) -> list[int]:
 
     numbers = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, OUTCOME, "interrupted")
+        study._storage.set_trial_user_attr(t._trial_id, keys.OUTCOME, "interrupted")
         study.tell(t.number, state=TrialState.FAIL)
         if t.params:
             study.enqueue_trial(t.params, skip_if_exists=False)
@@ -98,7 +91,7 @@ def counted(study: Any) -> list[Any]:
     return [
         t
         for t in study.get_trials(deepcopy=False, states=done)
-        if t.user_attrs.get(OUTCOME) != "interrupted" and REPAIR_OF not in t.user_attrs
+        if t.user_attrs.get(keys.OUTCOME) != "interrupted" and keys.REPAIR_OF not in t.user_attrs
     ]
 
 
@@ -106,11 +99,11 @@ def outcomes(study: Any) -> dict[int, dict[str, Any]]:
     """Per finished trial what MLflow must agree with: outcome, objective, per-seed returns, error."""
     out = {}
     for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished() and REPAIR_OF not in t.user_attrs:  # repairs have runs of their own
+        if t.state.is_finished() and keys.REPAIR_OF not in t.user_attrs:  # repairs have runs of their own
             out[t.number] = {
-                "outcome": t.user_attrs.get(OUTCOME, t.state.name.lower()),
+                "outcome": t.user_attrs.get(keys.OUTCOME, t.state.name.lower()),
                 "value": t.value,
-                "returns": t.user_attrs.get("rlsweep.returns", {}),
-                "error": t.user_attrs.get("rlsweep.error", ""),
+                "returns": t.user_attrs.get(keys.RETURNS, {}),
+                "error": t.user_attrs.get(keys.ERROR, ""),
             }
     return out

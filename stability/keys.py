@@ -1,0 +1,40 @@
+"""The names under which rlsweep records runs: Optuna trial user attributes and MLflow tags.
+
+One home for them. It lives in the leaf library so that its readers (``stability.diagnose`` reads
+a run back from MLflow) and the engine that writes them (``sweeps``) share one spelling.
+"""
+
+from __future__ import annotations
+
+# --- Optuna trial user attributes (and MLflow tags where both carry the same fact) --------------------
+OUTCOME = "rlsweep.outcome"  # complete | unstable | crashed | interrupted (| skipped on a seed run)
+VERDICT = "rlsweep.verdict"  # the trial's verdict
+VERDICTS = "rlsweep.verdicts"  # {seed: verdict}
+RETURNS = "rlsweep.returns"  # {seed: mean evaluation return}
+PARAMS = "rlsweep.params"  # the sampled values, decoded, by dotted name
+ERROR = "rlsweep.error"  # "Type: message" of the crash
+FINGERPRINT = "rlsweep.fingerprint"  # study attribute: the spec a sweep was run from
+PATCHES = "rlsweep.patches"  # a failed trial's candidate knob patches, in repair's order
+REPAIR_OF = "rlsweep.repair_of"  # a repair attempt: the failing trial it repairs
+REPAIR_ATTEMPT = "rlsweep.repair_attempt"
+REPAIR_PATCH = "rlsweep.repair_patch"
+REPAIR_RESULT = "rlsweep.repair_result"  # why an attempt passed or not
+CONFIRM = "rlsweep.confirm"  # a repair's scores on fresh seeds
+
+# --- MLflow run tags ---------------------------------------------------------------------------------------
+SWEEP = "rlsweep.sweep"
+TRIAL = "rlsweep.trial"
+SEED = "rlsweep.seed"
+KIND = "rlsweep.kind"  # "report": the run holding a sweep's report
+WORKER = "rlsweep.worker"
+ATTEMPTS = "rlsweep.attempts"  # a job run again after its worker died: how many times it ran
+RETRIED_AFTER = "rlsweep.retried_after"
+CANCELLED = "rlsweep.cancelled"  # why a seed was stopped
+REPAIR = "rlsweep.repair"  # on a failing trial's run: how its repair ended
+REPAIRED_BY = "rlsweep.repaired_by"  # ... and the run that repaired it
+REPAIR_CONFIRM = "rlsweep.repair_confirm"  # on a confirmation run: the attempt's run
+REPAIR_CONFIRMED = "rlsweep.repair_confirmed"
+STABILITY_VERDICT = "stability.verdict"
+STABILITY_ONSET = "stability.onset_step"
+STABILITY_STOPPED_BY = "stability.stopped_by"
+STABILITY_CONTEXT = "stability.context"  # the run's config as the stability callback recorded it
