@@ -13,19 +13,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 RLSWEEP = True  # tells this package apart from the unrelated PyPI distribution named 'stability'
-VERDICTS = (
-    "healthy",
-    "nan_scale",
-    "dead_policy_gradient",
-    "stuck_value_loss",
-    "entropy_collapse",
-    "exploding_updates",
-    "degenerate_reward",
-)
-
 from stability.signals import CANONICAL, History  # noqa: E402
 from stability.thresholds import ThresholdError, Thresholds  # noqa: E402
-from stability.verdict import Finding, Verdict, classify  # noqa: E402
+from stability.verdict import PRIORITY, Finding, Verdict, classify  # noqa: E402
+
+# Every verdict a run can get: healthy, or a failure class named by its detector (stability.detectors).
+VERDICTS = ("healthy", *PRIORITY)
 
 __all__ = [
     "CANONICAL",

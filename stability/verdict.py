@@ -1,116 +1,17 @@
-"""Findings, verdicts, and :func:`classify`, which runs every detector over a history."""
+"""Verdicts: :func:`classify` runs every detector over a history, :func:`judge` replays it at
+checkpoints; :class:`Finding` and :class:`Verdict` live in :mod:`stability.findings`."""
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
+from stability.detectors import DETECTORS
+from stability.findings import Finding, Verdict
 from stability.signals import History
 from stability.thresholds import Thresholds
 
 # When several failures are certain, the verdict names the one that explains the others:
 # non-finite numbers end everything; exploding updates cause most of what follows them; a
 # reward with no signal makes a dead gradient and a stuck critic unavoidable.
-PRIORITY = (
-    "nan_scale",
-    "exploding_updates",
-    "degenerate_reward",
-    "dead_policy_gradient",
-    "stuck_value_loss",
-    "entropy_collapse",
-)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One detector's conclusion: what, from when, on which numbers, and what to change.
-
-    ``certain`` is False for a warning: the signals are heading towards the failure but have
-    not reached it (e.g. log_std climbing towards float32's exp() limit).
-    """
-
-    kind: str
-    onset_step: int
-    summary: str
-    evidence: dict[str, Any]
-    advice: list[str]
-    causes: list[str] = field(default_factory=list)
-    certain: bool = True
-    # Machine-readable fixes, computed from the run's own config: each {"patch": {knob: value}, "why": text}.
-    patches: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _finite(asdict(self))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str
-    onset_step: int | None
-    findings: list[Finding]
-    updates: int
-    last_step: int
-    notes: list[str] = field(default_factory=list)  # what limited the judgement (e.g. a short run)
-
-    @classmethod
-    def empty(cls) -> Verdict:
-        return cls("healthy", None, [], 0, 0)
-
-    @property
-    def certain(self) -> bool:
-        return self.verdict != "healthy"
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if not f.certain]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "onset_step": self.onset_step,
-            "updates": self.updates,
-            "last_step": self.last_step,
-            "notes": list(self.notes),
-            "findings": [f.to_dict() for f in self.findings],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
-        findings = [Finding(**f) for f in data.get("findings", [])]
-        return cls(
-            data["verdict"],
-            data.get("onset_step"),
-            findings,
-            int(data.get("updates", 0)),
-            int(data.get("last_step", 0)),
-            list(data.get("notes", [])),
-        )
-
-    def render(self) -> str:
-        """A few readable lines: the verdict, then per finding the evidence and the advice."""
-        head = f"verdict: {self.verdict}"
-        if self.onset_step is not None:
-            head += f" (onset at step {self.onset_step})"
-        lines = [head + f" — {self.updates} updates checked, last step {self.last_step}"]
-        if not self.findings:
-            lines.append("  no detector fired")
-        for f in self.findings:
-            label = f.kind if f.certain else f"warning: {f.kind}"
-            lines.append(f"  {label} from step {f.onset_step}: {f.summary}")
-            for key, value in f.evidence.items():
-                lines.append(f"    {key} = {_fmt(value)}")
-            for cause in f.causes:
-                lines.append(f"    likely cause: {cause}")
-            for advice in f.advice:
-                lines.append(f"    try: {advice}")
-        for note in self.notes:
-            lines.append(f"  note: {note}")
-        return "\n".join(lines)
+PRIORITY = tuple(d.name for d in DETECTORS)  # the detectors are registered in this order
 
 
 def classify(history: History, thresholds: Thresholds | None = None, final: bool = False) -> Verdict:
@@ -118,8 +19,6 @@ def classify(history: History, thresholds: Thresholds | None = None, final: bool
 
     ``final`` says the run has ended (detectors that judge a whole run may then decide).
     """
-    from stability.detectors import DETECTORS
-
     thresholds = thresholds or Thresholds()
     findings: list[Finding] = []
     for detector in DETECTORS:
@@ -197,20 +96,4 @@ def _verdict(findings: list[Finding], history: History, notes: list[str]) -> Ver
     return Verdict("healthy", None, findings, len(history), history.last_step, notes)
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no inf/NaN: write them as strings so every reader can parse the file."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+__all__ = ["PRIORITY", "Finding", "Judge", "Verdict", "checkpoints", "classify", "judge"]

@@ -15,6 +15,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
+from sweeps import schedules
+
 # Arguments rlsweep sets itself: a spec may not set them as hyperparameters.
 MANAGED = {
     "policy": "set it with the top-level 'policy' key",
@@ -165,11 +167,9 @@ def resolve_kwargs(hyperparams: dict[str, Any]) -> dict[str, Any]:
     """Turn YAML-friendly values into what SB3 expects (``activation_fn: tanh`` -> ``nn.Tanh``)."""
     kwargs = dict(hyperparams)
     for key in SCHEDULED:  # rl-zoo3's "lin_0.2": linear from 0.2 to 0 over training
-        value = kwargs.get(key)
-        if isinstance(value, str) and value.startswith("lin_"):
-            from sweeps.knobs import LinearSchedule
-
-            kwargs[key] = LinearSchedule(float(value[len("lin_") :]))
+        rate = schedules.parse(kwargs.get(key))
+        if rate is not None:
+            kwargs[key] = schedules.LinearSchedule(rate)
     policy_kwargs = dict(kwargs.get("policy_kwargs") or {})
     for key in CLASS_KWARGS:
         if isinstance(policy_kwargs.get(key), str):

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweeps import algos, knobs
+from sweeps import algos, knobs, schedules
 from sweeps.errors import UsageError
 from sweeps.repair import fresh_seeds
 from sweeps.results import FEW_SEEDS, SCORE_RULE, SweepResults, TrialRecord
@@ -115,9 +115,9 @@ def _dotted(cls: type) -> str:
 
 def _yaml_form(value: Any) -> Any:
     """SB3 kwargs with live objects written as YAML can hold them."""
-    if isinstance(value, knobs.LinearSchedule):
+    if isinstance(value, schedules.LinearSchedule):
         return (
-            f"lin_{value.initial:g}"
+            schedules.text(value.initial)
             if value.final == 0
             else {"schedule": "linear", "initial": value.initial, "final": value.final}
         )
@@ -392,8 +392,8 @@ def zoo_hyperparams(
             out["policy_kwargs"] = "dict(" + ", ".join(parts) + ")"
         elif key == "critic_learning_rate":
             continue
-        elif isinstance(value, knobs.LinearSchedule):
-            out[key] = f"lin_{value.initial:g}"
+        elif isinstance(value, schedules.LinearSchedule):
+            out[key] = schedules.text(value.initial)
             if value.final != 0:
                 notes.append(
                     f"{key}: linear {value.initial:g} -> {value.final:g} in rlsweep; rl-zoo3's lin_ schedules "

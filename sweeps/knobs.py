@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps import schedules
 from sweeps.errors import Issue, did_you_mean, one_of
 
 KNOBS = (
@@ -65,22 +66,17 @@ _GAINS_FOR = {"RecurrentPPO": GAINS}  # others: hidden, policy, value
 _OFF_POLICY_ALGOS = ("SAC", "TD3", "TQC")
 
 
-# --- schedules (module-level classes so saved models unpickle) ----------------------------------
-@dataclass(frozen=True)
-class LinearSchedule:
-    """``initial`` at the start of training (progress_remaining=1) to ``final`` at the end (0)."""
-
-    initial: float
-    final: float = 0.0
-
-    def __call__(self, progress_remaining: float) -> float:
-        return self.final + progress_remaining * (self.initial - self.final)
+# LinearSchedule lives in sweeps.schedules; named here too so models saved with this path unpickle.
+LinearSchedule = schedules.LinearSchedule
 
 
 def learning_rate(value: Any, critic: bool = False) -> float | Callable[[float], float]:
     """The rate or schedule SB3 takes; with ``critic=True``, the critic's (same shape, scaled)."""
     if isinstance(value, str):
-        return LinearSchedule(float(value[len("lin_") :]))
+        rate = schedules.parse(value)
+        if rate is None:
+            raise ValueError(f"not a 'lin_RATE' learning rate: {value!r}")
+        return LinearSchedule(rate)
     if isinstance(value, Mapping):
         initial = float(value["initial"])
         scale = float(value["critic"]) / initial if critic else 1.0
@@ -111,13 +107,9 @@ def _lr(value: Any) -> str | None:
     if isinstance(value, Mapping):
         return None  # checked leaf by leaf
     if isinstance(value, str):
-        try:
-            rate = float(value[len("lin_") :]) if value.startswith("lin_") else None
-        except ValueError:
-            rate = None
         return (
             None
-            if rate is not None and rate > 0
+            if schedules.parse(value) is not None
             else f"expected a rate > 0, 'lin_RATE' or {{schedule, initial, final}}, got {value!r}"
         )
     return _positive(value)

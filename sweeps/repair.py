@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweeps import schedules
+
 STRATEGIES = ("findings", "random")
 # Patches whose knob holds a mapping merge into the config's mapping instead of replacing it.
 _MERGED = ("normalize", "init_gains")
@@ -77,8 +79,8 @@ def apply_patch(hyperparams: Mapping[str, Any], patch: Mapping[str, Any]) -> dic
 
 
 def _scaled_rate(current: Any, new: float) -> Any:
-    if isinstance(current, str) and current.startswith("lin_"):
-        return f"lin_{new:g}"
+    if schedules.parse(current) is not None:
+        return schedules.text(new)
     if isinstance(current, Mapping) and "initial" in current:
         factor = new / float(current["initial"])
         scaled = dict(current, initial=new)
@@ -91,8 +93,9 @@ def _scaled_rate(current: Any, new: float) -> Any:
 
 def initial_rate(hyperparams: Mapping[str, Any], default: float) -> float:
     value = hyperparams.get("learning_rate", default)
-    if isinstance(value, str) and value.startswith("lin_"):
-        return float(value[len("lin_") :])
+    rate = schedules.parse(value)
+    if rate is not None:
+        return rate
     if isinstance(value, Mapping):
         return float(value["initial"])
     return float(value)

@@ -22,19 +22,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from stability import keys
+from stability import VERDICTS, keys
 from sweeps.results import SCORE_RULE, SweepResults, TrialRecord
 
-COLOURS = {
-    "healthy": "#2e7d32",
-    "nan_scale": "#c62828",
-    "exploding_updates": "#ef6c00",
-    "dead_policy_gradient": "#6a1b9a",
-    "stuck_value_loss": "#1565c0",
-    "degenerate_reward": "#795548",
-    "entropy_collapse": "#ad1457",
-    "crashed": "#424242",
-}
+# One colour per verdict, in stability.VERDICTS' order (healthy, then the detectors' priority order);
+# a class added later gets grey until it is given one here.
+_PALETTE = ("#2e7d32", "#c62828", "#ef6c00", "#795548", "#6a1b9a", "#1565c0", "#ad1457")
+COLOURS = {v: _PALETTE[i] if i < len(_PALETTE) else "#9e9e9e" for i, v in enumerate(VERDICTS)} | {"crashed": "#424242"}
 FIGURES = ("failure_map.png", "verdicts.png", "importance.png", "curves.png")
 
 

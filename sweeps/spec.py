@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
+from sweeps import schedules
 from sweeps import space as sp
 from sweeps._yaml import YamlError, load_yaml
 from sweeps.errors import Issue, SpecError, did_you_mean, one_of
@@ -505,18 +506,11 @@ def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue
         if key in dims and dims[key].kind == "choice":
             values += [("space", v) for v in dims[key].values]
         for where, value in values:
-            if isinstance(value, str) and not _is_lin(value):
+            if isinstance(value, str) and schedules.parse(value) is None:
                 issues.append(
                     Issue(f"{where}.{key}", f"expected a number or 'lin_X' (linear from X to 0), got {value!r}")
                 )
     return issues
-
-
-def _is_lin(value: str) -> bool:
-    try:
-        return value.startswith("lin_") and float(value[4:]) > 0
-    except ValueError:
-        return False
 
 
 def _sampler_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:

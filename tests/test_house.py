@@ -20,3 +20,55 @@ def test_record_keys_have_one_home():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             found += [f"{path.relative_to(REPO)}:{n}: {m}" for m in literal.findall(line)]
     assert found == []
+
+
+def test_verdict_names_come_from_the_detector_registry():
+    from stability import VERDICTS
+    from stability.detectors import DETECTORS
+    from stability.thresholds import DEFAULTS
+    from stability.verdict import PRIORITY
+    from sweeps.report import COLOURS
+
+    assert PRIORITY == tuple(d.name for d in DETECTORS) and VERDICTS == ("healthy", *PRIORITY)
+    assert set(DEFAULTS) == set(PRIORITY)  # every detector has its thresholds, and nothing else does
+    assert set(COLOURS) == {*VERDICTS, "crashed"} and len(set(COLOURS.values())) == len(COLOURS)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at any level (function-level imports included).
+    ``from pkg import sub`` counts as importing ``pkg.sub`` alone when ``sub`` is a module."""
+    import ast
+
+    paths = {}
+    for path in [*(REPO / "sweeps").rglob("*.py"), *(REPO / "stability").rglob("*.py")]:
+        parts = path.relative_to(REPO).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in paths]
+                targets = subs if len(subs) == len(node.names) else [node.module, *subs]
+            graph[name] |= {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def test_no_import_cycles_and_stability_stays_a_leaf():
+    graph = _import_graph()
+    done: set[str] = set()
+
+    def walk(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(node) :], node]))
+        if node in done:
+            return
+        for target in sorted(graph[node]):
+            walk(target, [*path, node])
+        done.add(node)
+
+    for name in sorted(graph):
+        walk(name, [])
+    assert not [(m, t) for m, ts in graph.items() if m.startswith("stability") for t in ts if t.startswith("sweeps")]

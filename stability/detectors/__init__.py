@@ -8,6 +8,8 @@ from stability.detectors._exploding_updates import ExplodingUpdates
 from stability.detectors._nan_scale import NanScale
 from stability.detectors._stuck_value_loss import StuckValueLoss
 
+# The registry, in priority order: when several failures are certain, the first names the verdict
+# (causes before consequences). Every verdict class is a detector's name (stability.VERDICTS).
 DETECTORS: tuple[Detector, ...] = (
     NanScale(),
     ExplodingUpdates(),

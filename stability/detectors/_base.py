@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from stability.findings import Finding
 from stability.signals import History
-from stability.verdict import Finding
 
 
 class Detector(ABC):

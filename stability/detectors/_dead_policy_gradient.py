@@ -21,8 +21,8 @@ from typing import Any
 
 from stability import advice
 from stability.detectors._base import Detector, median, progress, rel_change, returns_rose, streak_start, window_size
+from stability.findings import Finding
 from stability.signals import History
-from stability.verdict import Finding
 
 _OFF_POLICY = {"SAC", "TD3", "TQC", "DDPG", "DQN", "QRDQN", "CrossQ"}
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from stability.detectors._base import Detector, streak_start
+from stability.findings import Finding
 from stability.signals import History
-from stability.verdict import Finding
 
 
 class DegenerateReward(Detector):

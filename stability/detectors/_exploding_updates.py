@@ -16,8 +16,8 @@ import numpy as np
 
 from stability import advice
 from stability.detectors._base import Detector, median
+from stability.findings import Finding
 from stability.signals import History
-from stability.verdict import Finding
 
 
 class ExplodingUpdates(Detector):

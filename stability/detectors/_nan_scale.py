@@ -16,8 +16,8 @@ import numpy as np
 
 from stability import advice
 from stability.detectors._base import Detector, first_index
+from stability.findings import Finding
 from stability.signals import History
-from stability.verdict import Finding
 
 _TORCH_ARGUMENT = re.compile(r"Expected parameter (scale|loc|logits|probs|concentration\w*)[^\n]*")
 _LOSSES = ("pg_loss", "value_loss", "loss", "entropy", "approx_kl", "std")

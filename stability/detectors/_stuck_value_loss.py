@@ -26,8 +26,8 @@ from typing import Any
 
 from stability import advice
 from stability.detectors._base import Detector, median, progress, returns_rose, window_size
+from stability.findings import Finding
 from stability.signals import History
-from stability.verdict import Finding
 
 
 class StuckValueLoss(Detector):

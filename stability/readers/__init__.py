@@ -15,21 +15,8 @@ mlflow imports happen inside the functions.
 
 from __future__ import annotations
 
-
-class LogReadError(Exception):
-    """A training log could not be read. ``source`` names the file, directory or run."""
-
-    def __init__(self, message: str, source: str | None = None) -> None:
-        super().__init__(message)
-        self.source = source
-
-
-class LogReadWarning(UserWarning):
-    """Part of a log could not be read; what could be read was returned."""
-
-
-# Defined above the imports below: the submodules import the two classes from this package.
-from stability.readers._mlflow import read_mlflow_run  # noqa: E402
-from stability.readers._tensorboard import read_tensorboard  # noqa: E402
+from stability.readers._errors import LogReadError, LogReadWarning
+from stability.readers._mlflow import read_mlflow_run
+from stability.readers._tensorboard import read_tensorboard
 
 __all__ = ["LogReadError", "LogReadWarning", "read_mlflow_run", "read_tensorboard"]

@@ -8,7 +8,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from stability.readers import LogReadError
+from stability.readers._errors import LogReadError
 
 _PROBE_TIMEOUT_S = 5.0  # an unreachable server otherwise costs MLflow's retries (minutes)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stability.readers import LogReadError, LogReadWarning
+from stability.readers._errors import LogReadError, LogReadWarning
 
 PATTERN = "events.out.tfevents.*"
 _HEADER = 12  # length (8) + its masked crc (4)
