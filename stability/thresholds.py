@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from stability.errors import RlsweepError
+
 DEFAULTS: dict[str, dict[str, Any]] = {
     "nan_scale": {
         "enabled": True,
@@ -81,7 +83,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class ThresholdError(ValueError):
+class ThresholdError(RlsweepError, ValueError):
     """A thresholds file that cannot be used; the message names the file and the key path."""
 
 

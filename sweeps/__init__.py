@@ -4,5 +4,6 @@
 needs them.
 """
 
-__version__ = "0.1.0"
+from stability import __version__ as __version__  # the one place the version is written (pyproject reads it too)
+
 RLSWEEP = True  # tells this package apart from the unrelated PyPI distribution named 'sweeps'

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from stability import keys
+from stability.errors import RlsweepError
 from sweeps import spec as spec_module
 from sweeps.errors import SpecError, UsageError
 
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": _report,
             "repair": _repair,
         }[args.command](args, console)
-    except (SpecError, UsageError) as exc:
+    except RlsweepError as exc:  # SpecError, UsageError, ThresholdError, LogReadError
         err.print(str(exc), highlight=False, markup=False)
         return EXIT_USAGE
     except KeyboardInterrupt:

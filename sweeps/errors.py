@@ -6,6 +6,8 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stability.errors import RlsweepError
+
 
 @dataclass(frozen=True)
 class Issue:
@@ -18,7 +20,7 @@ class Issue:
         return f"{self.path or '<top level>'}: {self.message}"
 
 
-class SpecError(Exception):
+class SpecError(RlsweepError):
     """A sweep spec that cannot be run. Carries every issue found, not just the first."""
 
     def __init__(self, source: str, issues: Iterable[Issue]):
@@ -32,7 +34,7 @@ class SpecError(Exception):
         return "\n".join([head] + [f"  {issue}" for issue in self.issues])
 
 
-class UsageError(Exception):
+class UsageError(RlsweepError):
     """A command-line request that cannot be served (unknown sweep, missing store...)."""
 
 

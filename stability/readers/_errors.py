@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from stability.errors import RlsweepError
 
-class LogReadError(Exception):
+
+class LogReadError(RlsweepError):
     """A training log could not be read. ``source`` names the file, directory or run."""
 
     def __init__(self, message: str, source: str | None = None) -> None:
