@@ -83,8 +83,13 @@ def judge(history: History, thresholds: Thresholds | None = None) -> Verdict:
     return judge_.check(replay, final=True)
 
 
+def rank(kind: str) -> int:
+    """A failure class's place in the verdict priority (0 first); anything else after every class."""
+    return PRIORITY.index(kind) if kind in PRIORITY else len(PRIORITY)
+
+
 def _rank(f: Finding) -> tuple[bool, int]:
-    return (not f.certain, PRIORITY.index(f.kind) if f.kind in PRIORITY else 99)
+    return (not f.certain, rank(f.kind))
 
 
 def _verdict(findings: list[Finding], history: History, notes: list[str]) -> Verdict:
@@ -96,4 +101,4 @@ def _verdict(findings: list[Finding], history: History, notes: list[str]) -> Ver
     return Verdict("healthy", None, findings, len(history), history.last_step, notes)
 
 
-__all__ = ["PRIORITY", "Finding", "Judge", "Verdict", "checkpoints", "classify", "judge"]
+__all__ = ["PRIORITY", "rank", "Finding", "Judge", "Verdict", "checkpoints", "classify", "judge"]

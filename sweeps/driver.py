@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from stability import keys
-from stability.verdict import PRIORITY
+from stability.verdict import rank
 from sweeps import repair as rp
 from sweeps import space as sp
 from sweeps import study as st
@@ -340,7 +340,7 @@ class Driver:
             p.verdicts[verdict["verdict"]] = p.verdicts.get(verdict["verdict"], 0) + 1
         tags = _verdict_tags(verdict) if active.verdicts else {}
         failing = bool(active.errors or active.unstable) or verdict["verdict"] != "healthy"
-        patches = rp.candidates(active.verdicts, PRIORITY)
+        patches = rp.candidates(active.verdicts)
         if failing:  # what ``rlsweep repair`` will try (set now: a finished trial's attributes are final)
             trial.set_user_attr(keys.PATCHES, patches)
         texts = {
@@ -551,7 +551,7 @@ class Driver:
             return
         attempt.verdicts, attempt.returns, attempt.crashed = names, dict(active.returns), sorted(active.errors)
         attempt.verdict, attempt.run_id = label, active.parent_run
-        attempt.offered = rp.candidates(active.verdicts, PRIORITY)
+        attempt.offered = rp.candidates(active.verdicts)
         attempt.state = {"outcome": outcome, "returns": dict(active.returns), "verdicts": active.verdicts}
         ok, why = plan.passes(attempt)
         attempt.result = why
@@ -726,7 +726,7 @@ def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     failing = [v for v in verdicts.values() if v["verdict"] != "healthy"]
     if not failing:
         return {"verdict": "healthy", "onset_step": None, "failed_seeds": 0}
-    worst = min(failing, key=lambda v: PRIORITY.index(v["verdict"]) if v["verdict"] in PRIORITY else 99)
+    worst = min(failing, key=lambda v: rank(v["verdict"]))
     onsets = [v["onset_step"] for v in failing if v["verdict"] == worst["verdict"] and v["onset_step"] is not None]
     return {"verdict": worst["verdict"], "onset_step": min(onsets) if onsets else None, "failed_seeds": len(failing)}
 

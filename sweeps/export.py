@@ -25,7 +25,7 @@ from typing import Any
 from sweeps import algos, knobs, schedules
 from sweeps.errors import UsageError
 from sweeps.repair import fresh_seeds
-from sweeps.results import FEW_SEEDS, SCORE_RULE, SweepResults, TrialRecord
+from sweeps.results import FEW_SEEDS, SCORE_RULE, SweepResults, TrialRecord, robust_score
 
 FORMATS = ("sb3", "zoo")
 
@@ -207,7 +207,6 @@ def _fmt(value: Any) -> str:
 def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, workers: int) -> dict[int, dict]:
     """Re-train ``trials`` on ``n_seeds`` seeds the sweep never used; per trial its returns,
     verdicts and score. Runs on local worker processes; writes to no store."""
-    import statistics
 
     from sweeps import backends
     from sweeps.driver import stability_settings, trial_configs
@@ -247,11 +246,7 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
         values = list(data["returns"].values())
         ok = len(values) == len(fresh) and all(v == "healthy" for v in data["verdicts"].values())
         data["safe"] = ok
-        data["score"] = (
-            round(statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0), 4)
-            if values
-            else None
-        )
+        data["score"] = round(robust_score(values), 4) if values else None
     return out
 
 

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stability.verdict import rank
 from sweeps import schedules
+from sweeps.results import robust_score
 
 STRATEGIES = ("findings", "random")
 # Patches whose knob holds a mapping merge into the config's mapping instead of replacing it.
@@ -117,13 +119,11 @@ def describe(patch: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {json.dumps(v)}" for k, v in patch.items()) or "(none)"
 
 
-def candidates(verdicts: Mapping[Any, Mapping[str, Any]], priority: tuple[str, ...]) -> list[dict[str, Any]]:
+def candidates(verdicts: Mapping[Any, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The failing trial's patches, in order: certain findings before warnings, causes before
-    consequences (``priority``), then each finding's own order; duplicates once."""
+    consequences (the verdict priority), then each finding's own order; duplicates once."""
     findings = [f for v in verdicts.values() for f in v.get("findings", [])]
-    findings.sort(
-        key=lambda f: (not f.get("certain", True), priority.index(f["kind"]) if f.get("kind") in priority else 99)
-    )
+    findings.sort(key=lambda f: (not f.get("certain", True), rank(str(f.get("kind")))))
     out: list[dict[str, Any]] = []
     for f in findings:
         for p in f.get("patches") or []:
@@ -431,9 +431,7 @@ class Plan:
 
 
 def _score(values: list[float]) -> float | None:
-    if not values:
-        return None
-    return round(statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0), 4)
+    return round(robust_score(values), 4) if values else None
 
 
 def fresh_seeds(used: list[int], n: int) -> list[int]:

@@ -22,6 +22,13 @@ SCORE_RULE = "mean - std of the per-seed evaluation returns"
 FEW_SEEDS = 3
 
 
+def robust_score(values: list[float]) -> float:
+    """:data:`SCORE_RULE` (-inf for no returns): what export ranks configs by."""
+    if not values:
+        return -math.inf
+    return statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0)
+
+
 @dataclass
 class TrialRecord:
     number: int
@@ -59,10 +66,7 @@ class TrialRecord:
 
     @property
     def score(self) -> float:
-        values = list(self.returns.values())
-        if not values:
-            return -math.inf
-        return statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0)
+        return robust_score(list(self.returns.values()))
 
 
 @dataclass

@@ -11,7 +11,6 @@ import optuna
 import pytest
 import yaml
 
-from stability.verdict import PRIORITY
 from sweeps import repair as rp
 from sweeps.backends import Backend, Event
 from sweeps.spec import from_dict
@@ -61,7 +60,7 @@ def test_candidates_put_causes_before_consequences_and_warnings_last():
         },
         1: {"findings": [_finding("exploding_updates", [{"max_grad_norm": 0.5}, {"vf_coef": 0.5}])]},
     }
-    assert [c["patch"] for c in rp.candidates(verdicts, PRIORITY)] == [
+    assert [c["patch"] for c in rp.candidates(verdicts)] == [
         {"max_grad_norm": 0.5},
         {"vf_coef": 0.5},
         {"log_std_bounds": [-5, 2]},

@@ -132,7 +132,6 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
     """The attempt loop of ``rlsweep repair`` on one corpus case, with one strategy."""
     import torch
 
-    from stability.verdict import PRIORITY
     from sweeps import repair as rp
 
     torch.set_num_threads(1)
@@ -147,7 +146,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         finite,
         SEEDS,
         FRESH,
-        rp.candidates(item["verdicts"], PRIORITY),
+        rp.candidates(item["verdicts"]),
         MAX_ATTEMPTS,
         strategy,
         rp.menu(case.get("hyperparams", {}), defaults, continuous, on_policy),
@@ -177,7 +176,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
             s for s, r in zip(SEEDS, seeds, strict=False) if r["error"] and r["verdict"]["verdict"] == "healthy"
         ]
         attempt.returns = {s: r["return"] for s, r in zip(SEEDS, seeds, strict=False) if math.isfinite(r["return"])}
-        attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}, PRIORITY)
+        attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds, strict=False)})
         ok, attempt.result = plan.passes(attempt)
         row = {
             "attempt": attempt.number,
@@ -219,10 +218,10 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
 
 
 def _worst(verdicts: dict[int, dict[str, Any]]) -> str:
-    from stability.verdict import PRIORITY
+    from stability.verdict import rank
 
     names = [v["verdict"] for v in verdicts.values() if v["verdict"] != "healthy"]
-    return min(names, key=PRIORITY.index) if names else "healthy"
+    return min(names, key=rank) if names else "healthy"
 
 
 def _applicable(case: dict[str, Any], patch: dict[str, Any]) -> str | None:
