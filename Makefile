@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,lint]"
+	$(PY) -m pip install --quiet -e ".[test,lint,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)

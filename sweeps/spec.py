@@ -340,9 +340,23 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
     return issues
 
 
+def ray_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None and importlib.util.find_spec("ray.tune") is not None
+
+
 def _backend_issues(backend: BackendSpec) -> list[Issue]:
-    """Settings that only the Ray backend can honour, asked of the local one."""
+    """Settings that only the Ray backend can honour, asked of the local one; and Ray itself,
+    an optional extra, asked for where it is not installed."""
     if backend.kind == "ray":
+        if not ray_installed():
+            return [
+                Issue(
+                    "backend.kind",
+                    "'ray' needs Ray, which is not installed: pip install 'rlsweep[ray]' (or use kind 'local')",
+                )
+            ]
         return []
     issues = []
     if backend.address is not None:

@@ -345,3 +345,21 @@ def test_every_shipped_sweep_validates() -> None:
     for path in shipped:
         spec = spec_module.load(path)
         assert spec.name == path.stem, path
+
+
+def test_the_ray_backend_without_ray_installed_says_how_to_get_it(monkeypatch):
+    import importlib.util
+
+    from sweeps import spec as spec_module
+    from sweeps.errors import SpecError
+    from tests.helpers import tiny_spec
+
+    real = importlib.util.find_spec
+    def without_ray(name: str, *args):
+        return None if name.startswith("ray") else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_ray)
+    with pytest.raises(SpecError) as err:
+        spec_module.from_dict(tiny_spec(backend={"kind": "ray"}))
+    assert "pip install 'rlsweep[ray]'" in str(err.value) and "backend.kind" in str(err.value)
+    spec_module.from_dict(tiny_spec(backend={"kind": "local"}))  # the local backend needs no Ray
