@@ -355,6 +355,7 @@ def test_the_ray_backend_without_ray_installed_says_how_to_get_it(monkeypatch):
     from tests.helpers import tiny_spec
 
     real = importlib.util.find_spec
+
     def without_ray(name: str, *args):
         return None if name.startswith("ray") else real(name, *args)
 
