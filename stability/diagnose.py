@@ -53,14 +53,25 @@ def load_history(source: str | Path, error: str | None = None, tracking_uri: str
 
 
 def diagnose(
-    source: str | Path, error: str | None = None, tracking_uri: str | None = None, thresholds: Thresholds | None = None
+    source: str | Path,
+    error: str | None = None,
+    tracking_uri: str | None = None,
+    thresholds: Thresholds | None = None,
+    plot: str | Path | None = None,
 ) -> Verdict:
-    """Verdict for a finished run; raises :class:`LogReadError` when the source is unreadable."""
+    """Verdict for a run trained anywhere (what ``rlsweep diagnose`` prints); with ``plot``, also
+    a PNG of its key signals. Raises :class:`LogReadError` when the source is unreadable or holds
+    no training signal (and no crash text)."""
     history = load_history(source, error, tracking_uri)
-    if not len(history):
+    if not len(history) and not history.error:
         raise LogReadError(
-            f"{source}: the log holds no training signals this tool knows (SB3 'train/*', "
-            "CleanRL 'losses/*', or 'stability/*' keys)",
+            f"{source}: the log holds no training signals rlsweep knows (SB3 'train/*' and "
+            "'rollout/*', CleanRL 'losses/*' and 'charts/*', or 'stability/*' keys)",
             source=str(source),
         )
-    return judge(history, thresholds)
+    verdict = judge(history, thresholds)
+    if plot:
+        from stability.plot import plot_signals
+
+        plot_signals(history, verdict, plot, title=str(source))
+    return verdict

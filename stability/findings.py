@@ -65,18 +65,6 @@ class Verdict:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
-        findings = [Finding(**f) for f in data.get("findings", [])]
-        return cls(
-            data["verdict"],
-            data.get("onset_step"),
-            findings,
-            int(data.get("updates", 0)),
-            int(data.get("last_step", 0)),
-            list(data.get("notes", [])),
-        )
-
     def render(self) -> str:
         """A few readable lines: the verdict, then per finding the evidence and the advice."""
         head = f"verdict: {self.verdict}"

@@ -287,10 +287,8 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 def _diagnose(args: argparse.Namespace, console: Console) -> int:
     import json
 
-    from stability.diagnose import load_history
-    from stability.readers import LogReadError
-    from stability.thresholds import ThresholdError, Thresholds
-    from stability.verdict import judge
+    from stability.diagnose import diagnose
+    from stability.thresholds import Thresholds
 
     error = None
     if args.error_file:
@@ -298,22 +296,8 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
             error = Path(args.error_file).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise UsageError(f"--error-file {args.error_file}: cannot read it ({exc.strerror})") from None
-    try:
-        thresholds = Thresholds.load(args.thresholds) if args.thresholds else Thresholds()
-        uri = args.tracking_uri or mlflow_uri_for(None)
-        history = load_history(args.path, error, uri)
-    except (LogReadError, ThresholdError) as exc:
-        raise UsageError(str(exc)) from None
-    if not len(history) and not history.error:
-        raise UsageError(
-            f"{args.path}: the log holds no training signals rlsweep knows (SB3 'train/*' and "
-            "'rollout/*', CleanRL 'losses/*' and 'charts/*', or 'stability/*' keys)"
-        )
-    verdict = judge(history, thresholds)
-    if args.plot:
-        from stability.plot import plot_signals
-
-        plot_signals(history, verdict, args.plot, title=str(args.path))
+    thresholds = Thresholds.load(args.thresholds) if args.thresholds else Thresholds()
+    verdict = diagnose(args.path, error, args.tracking_uri or mlflow_uri_for(None), thresholds, plot=args.plot)
     if args.json:
         print(json.dumps(verdict.to_dict()))
     else:

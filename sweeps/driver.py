@@ -1,8 +1,11 @@
 """The driver: asks Optuna for configs, hands seed jobs to a backend, writes MLflow and Optuna.
 
 It is the only process that opens either store, which is what lets parallel and resumed
-sweeps lose nothing. Every trial ends as ``complete`` (told its objective) or ``crashed``
-(told FAIL, with the exception recorded on the trial and on the failing seed's run).
+sweeps lose nothing. Every sampled trial ends as ``complete`` (told its objective), ``unstable``
+(a seed was stopped by its verdict: told PRUNED) or ``crashed`` (told FAIL, with the exception
+recorded on the trial and on the failing seed's run). A failing trial may then be repaired
+(:mod:`sweeps.repair`): its attempts run as jobs like any trial's, keyed by negative numbers,
+and are added to the study as new finished trials when they end.
 """
 
 from __future__ import annotations

@@ -74,7 +74,6 @@ def resolve_device(requested: str, gpu_assigned: bool | None = None) -> str:
 
 
 def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
-    import numpy as np
     import torch
 
     from sweeps import knobs
@@ -84,6 +83,17 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     algo_class = algos.load_class(config.algo)
     built = knobs.build(algo_class, config.policy, config.hyperparams)
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
+    try:  # the training env is closed however the seed ends: healthy, unstable or crashed
+        return _train(config, reporter, built, env, device)
+    finally:
+        env.close()
+
+
+def _train(config: TrialConfig, reporter: Reporter, built: Any, env: Any, device: str) -> TrialResult:
+    import numpy as np
+
+    from sweeps import knobs
+
     model = built.algo_class(built.policy, env, seed=config.seed, device=device, verbose=0, **built.algo_kwargs)
     model.set_logger(
         _logger_to(reporter, train_lags=algos.info(config.algo).on_policy, min_gap=config.total_timesteps // MAX_POINTS)
@@ -110,7 +120,6 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
     started = time.perf_counter()
     returns = evaluate(model, config, lambda venv: knobs.wrap_eval_env(venv, built, env))
     eval_seconds = time.perf_counter() - started
-    env.close()
     return TrialResult(
         mean_return=float(np.mean(returns)),
         std_return=float(np.std(returns)),
