@@ -109,6 +109,7 @@ def test_exported_sb3_kwargs_construct_and_train(swept: Path) -> None:
     from sweeps.export import load_sb3
     from sweeps.repro_envs import make_spiky_targets
 
+    assert _rlsweep(swept, "export", "known", "--top", "4").returncode == 0  # not relying on another test's export
     algo_class, kwargs, wrap = load_sb3(swept / "results" / "known" / "safe_configs.yaml", rank=1)
     doc = yaml.safe_load((swept / "results" / "known" / "safe_configs.yaml").read_text())
     assert doc["configs"][0]["sb3"]["class"] == "stable_baselines3.A2C"
