@@ -293,3 +293,20 @@ def test_auto_repair_runs_on_ray_within_the_sweeps_budget(workdir: Path, logical
 
     (item,) = yaml.safe_load((workdir / "results" / "repair_ray" / "repairs.yaml").read_text())["repairs"]
     assert item["status"] in ("budget", "failed") and item["attempts_used"] == 1, item
+
+
+def test_a_constructor_that_fails_after_starting_ray_shows_its_error_and_stops_ray(workdir: Path, monkeypatch) -> None:
+    """Tune refusing to start (after Ray is up and the channel exists, before Tune's thread) gives
+    that error, not one from cleaning up, and the Ray instance the backend started is shut down."""
+    from sweeps.backends import _ray as backend_module
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("tune refused to start (injected)")
+
+    monkeypatch.setattr(backend_module.tune, "Tuner", refuse)
+    if ray.is_initialized():  # the logical-GPU tests leave this process connected (noted, not yet fixed)
+        ray.shutdown()
+    with pytest.raises(RuntimeError, match="injected"):
+        backend_module.RayBackend(backend_module.RaySettings(storage=workdir / "ray"), limit=1)
+    assert not ray.is_initialized()
+    assert _ray_left() == []

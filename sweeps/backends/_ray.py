@@ -229,6 +229,7 @@ class RayBackend(Backend):
         self.settings = settings
         self._started_ray = False
         self._channel: _Channel | None = None
+        self._thread: threading.Thread | None = None
         self._reaper: Reaper | None = None
         self._tracked = 0.0
         os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs; Tune writes no CSV/JSON
@@ -353,22 +354,32 @@ class RayBackend(Backend):
                 events.append(self._channel.events.get_nowait())
         except queue.Empty:
             pass
-        if not events and not self._thread.is_alive() and not self._channel.closing.is_set():
+        if (
+            not events
+            and self._thread is not None
+            and not self._thread.is_alive()
+            and not self._channel.closing.is_set()
+        ):
             raise RuntimeError(f"Ray Tune stopped unexpectedly: {self._tune_error!r}")
         return [Event(e.kind, e.key, decode_result(e.payload)) if e.kind == "finished" else e for e in events]
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.closing.set()
-            self._thread.join(timeout=60)
-            _CHANNELS.pop(self._id, None)
-            self._channel = None
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
-        if self._reaper is not None:
-            self._reaper.close()
-            self._reaper = None
+        """Idempotent, and safe after a constructor that failed part way (e.g. between creating
+        the channel and starting Tune's thread): whatever was started is stopped, Ray included."""
+        try:
+            if self._channel is not None:
+                self._channel.closing.set()
+                if self._thread is not None:
+                    self._thread.join(timeout=60)
+                _CHANNELS.pop(self._id, None)
+                self._channel = None
+        finally:
+            if self._started_ray:
+                self._started_ray = False
+                ray.shutdown()
+            if self._reaper is not None:
+                self._reaper, reaper = None, self._reaper
+                reaper.close()
 
 
 def _trial_name(trial: Any) -> str:
