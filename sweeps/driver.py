@@ -425,7 +425,9 @@ class Driver:
         settings = self.repair or rp.RepairSettings()
         seeds = settings.seeds or seeds
         _, (config,) = trial_configs(self.spec, number, params, [0], {})
-        defaults, continuous, on_policy = self._facts()
+        if self._menu_facts is None:  # the same for every plan of this sweep
+            self._menu_facts = rp.menu_facts(self.spec.algo, self.spec.env.model_dump())
+        defaults, continuous, on_policy = self._menu_facts
         plan = rp.Plan(
             number,
             params,
@@ -439,38 +441,10 @@ class Driver:
             rp.menu(config.hyperparams, defaults, continuous, on_policy),
             settings.rng_seed,
         )
-        plan.check = lambda patch: self._patch_problem(config.hyperparams, patch)
+        raw = self.spec.model_dump(mode="json", exclude_unset=True)
+        plan.check = lambda patch: rp.patch_problem(raw, config.hyperparams, patch)
         plan.context = {"optuna_params": optuna_params, "distributions": distributions, "parent_run": parent_run}
         return plan
-
-    def _facts(self) -> tuple[dict[str, Any], bool, bool]:
-        """The algorithm's defaults, whether the env's actions are continuous, and whether the
-        algorithm is on-policy: what the repair menu depends on."""
-        if self._menu_facts is None:
-            from sweeps import algos, envs
-
-            venv = envs.make_vec_env(self.spec.env.model_dump(), 1, seed=0)
-            continuous = type(venv.action_space).__name__ == "Box"
-            venv.close()
-            self._menu_facts = (
-                rp.constructor_defaults(algos.load_class(self.spec.algo)),
-                continuous,
-                self.spec.algo not in ("SAC", "TD3", "TQC", "DQN", "QRDQN"),
-            )
-        return self._menu_facts
-
-    def _patch_problem(self, hyperparams: dict[str, Any], patch: dict[str, Any]) -> str | None:
-        """Why a patched config would not validate as a spec (e.g. a knob its algorithm lacks), or None."""
-        from sweeps.errors import SpecError
-        from sweeps.spec import from_dict
-
-        raw = self.spec.model_dump(mode="json", exclude_unset=True)
-        raw.update(hyperparams=rp.apply_patch(hyperparams, patch), space={}, trials=1)
-        try:
-            from_dict(raw, source="repair")
-        except SpecError as exc:
-            return "; ".join(f"{i.path}: {i.message}" for i in exc.issues)
-        return None
 
     def _next_repair(self, plan: rp.Plan, confirm: rp.Attempt | None = None) -> None:
         """Queue the plan's next attempt (or ``confirm``'s run on fresh seeds); close the plan when

@@ -176,6 +176,32 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def menu_facts(algo: str, env: Mapping[str, Any]) -> tuple[dict[str, Any], bool, bool]:
+    """What the menu depends on: the algorithm's defaults, whether the env's actions are continuous
+    and whether the algorithm is on-policy."""
+    from sweeps import algos
+    from sweeps.envs import env_factory
+
+    one = env_factory(dict(env))()
+    continuous = type(one.action_space).__name__ == "Box"
+    one.close()
+    return constructor_defaults(algos.load_class(algo)), continuous, algos.info(algo).on_policy
+
+
+def patch_problem(raw_spec: Mapping[str, Any], hyperparams: Mapping[str, Any], patch: Mapping[str, Any]) -> str | None:
+    """Why ``hyperparams`` with ``patch`` would not validate as a spec (e.g. a knob the algorithm
+    lacks), or None. ``raw_spec``: the sweep's spec as data; its space is dropped."""
+    from sweeps.errors import SpecError
+    from sweeps.spec import from_dict
+
+    raw = dict(raw_spec, hyperparams=apply_patch(hyperparams, patch), space={}, trials=1)
+    try:
+        from_dict(raw, source="repair")
+    except SpecError as exc:
+        return "; ".join(f"{i.path}: {i.message}" for i in exc.issues)
+    return None
+
+
 def constructor_defaults(algo_class: type) -> dict[str, Any]:
     """An algorithm's keyword defaults (``learning_rate``, ``ent_coef``, ``max_grad_norm``, ...)."""
     import inspect

@@ -165,10 +165,10 @@ def repair_sweep(
     from sweeps.repair import RepairSettings
     from sweeps.tracking import BackgroundTracker
 
-    res = results.load(name)
-    spec, settings = res.spec, settings or RepairSettings()
-    with sweep_lock(spec.storage_dir):  # a sweep still running is refused before anything is read
+    settings = settings or RepairSettings()
+    with sweep_lock(results.sweep_folder(name)):  # a sweep still running is refused before anything is read
         res = results.load(name)
+        spec = res.spec
         chosen = failing_trials(res, trials)
         if not chosen:
             console.print(

@@ -80,19 +80,6 @@ def failing_cases() -> list[dict[str, Any]]:
     return chosen
 
 
-def _menu_facts(case: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
-    from sweeps import algos
-    from sweeps.envs import env_factory
-    from sweeps.repair import constructor_defaults
-
-    space = env_factory(case["env"])().action_space
-    return (
-        constructor_defaults(algos.load_class(case["algo"])),
-        type(space).__name__ == "Box",
-        case["algo"] not in ("SAC", "TD3", "TQC"),
-    )
-
-
 def _train(case: dict[str, Any], patch: dict[str, Any], seed: int, folder: Path) -> dict[str, Any]:
     """One seed of the case with ``patch`` applied: rlsweep's verdict, the label, the return. Kept on disk."""
     import labels
@@ -138,7 +125,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
     item, strategy = job
     case = dict(item["case"], _reference=item["reference"])
     finite = {s: r for s, r in item["returns"].items() if math.isfinite(r)}
-    defaults, continuous, on_policy = _menu_facts(case)
+    defaults, continuous, on_policy = rp.menu_facts(case["algo"], case["env"])
     plan = rp.Plan(
         0,
         {},
@@ -152,7 +139,14 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         rp.menu(case.get("hyperparams", {}), defaults, continuous, on_policy),
     )
     plan.rng_seed = sum(map(ord, case["id"]))  # stable across processes (str hash is salted)
-    plan.check = lambda patch: _applicable(case, patch)
+    raw = {
+        "name": "bench",
+        "env": case["env"],
+        "algo": case["algo"],
+        "policy": case["policy"],
+        "total_timesteps": case["total_timesteps"],
+    }
+    plan.check = lambda patch: rp.patch_problem(raw, case.get("hyperparams", {}), patch)
     root = OUT / "corpus" / case["id"] / strategy
     record: dict[str, Any] = {
         "case": case["id"],
@@ -222,27 +216,6 @@ def _worst(verdicts: dict[int, dict[str, Any]]) -> str:
 
     names = [v["verdict"] for v in verdicts.values() if v["verdict"] != "healthy"]
     return min(names, key=rank) if names else "healthy"
-
-
-def _applicable(case: dict[str, Any], patch: dict[str, Any]) -> str | None:
-    """What the driver checks before an attempt: the patched config must validate as a spec."""
-    from sweeps.errors import SpecError
-    from sweeps.repair import apply_patch
-    from sweeps.spec import from_dict
-
-    raw = {
-        "name": "bench",
-        "env": {k: v for k, v in case["env"].items()},
-        "algo": case["algo"],
-        "policy": case["policy"],
-        "total_timesteps": case["total_timesteps"],
-        "hyperparams": apply_patch(case.get("hyperparams", {}), patch),
-    }
-    try:
-        from_dict(raw)
-    except SpecError as exc:
-        return "; ".join(f"{i.path}: {i.message}" for i in exc.issues)
-    return None
 
 
 # --- the reproductions -------------------------------------------------------------------------------
