@@ -353,11 +353,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "results" / "corpus"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=None, help="case ids")
+    parser.add_argument("--split", nargs="*", default=None, help="only the cases of these splits")
     args = parser.parse_args(argv)
-    cases = [c for c in load_cases() if not args.only or c["id"] in args.only]
+    cases = [
+        c
+        for c in load_cases()
+        if (not args.only or c["id"] in args.only) and (not args.split or c["split"] in args.split)
+    ]
     jobs = [(case, seed, args.out) for case in cases for seed in case["seeds"]]
     # long jobs first, so the pool does not end on one straggler
-    jobs.sort(key=lambda j: -(j[0].get("total_timesteps", 0) * (20 if j[0].get("algo") == "SAC" else 1)))
+    jobs.sort(key=lambda j: -(j[0].get("total_timesteps", 0) * (20 if j[0].get("algo") in ("SAC", "TD3") else 1)))
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs, maxtasksperchild=4) as pool:
         for line in pool.imap_unordered(run_one, jobs):
