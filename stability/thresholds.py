@@ -30,6 +30,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "value_loss_ratio": 1.0e4,
         "kl_max": 10.0,
         "min_hits": 3,
+        "deterministic_entropy_fraction": 0.2,
+        "deterministic_std": 0.05,
+        "deterministic_entropy_drop": 3.0,
     },
     "degenerate_reward": {
         "enabled": True,
@@ -62,6 +65,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "fall_ratio": 0.6,
         "ev_max": 0.2,
         "relative_floor": 0.2,
+        "relative_alone": 0.5,
         "relative_floor_episode": 0.1,
         "ev_pinned": 1.0e-3,
         "pinned_share": 0.6,

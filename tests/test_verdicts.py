@@ -172,3 +172,90 @@ def test_regroup_merges_small_updates_like_the_callback():
     assert g.values("value_loss")[0] == pytest.approx(4.5)
     assert g.values("grad_norm_max")[0] == 9.0
     assert math.isclose(sum(g.values("params_finite")), 10.0)
+
+
+def test_a_sparse_task_solved_to_its_cap_is_not_entropy_collapse():
+    n = 40
+    collapsed = [0.69 * 0.9**i for i in range(n)]
+    # every episode of the last part pays the goal's reward of 1: the return cannot rise further
+    solved = [0.8, 0.93, 0.96] + [1.0] * (n - 3)
+    assert judge(_discrete_history(collapsed, solved)).verdict == "healthy"
+    # the same entropy with returns that sit at the untrained level is still a collapse
+    assert judge(_discrete_history(collapsed, [0.8, 0.93, 0.96] + [0.9] * (n - 3))).verdict == "entropy_collapse"
+
+
+def test_plain_log_of_a_policy_saturated_from_the_start_is_read_against_ln2():
+    n = 40
+    # a plain log (no entropy_max): the first entropy logged is already tiny
+    h = _discrete_history([0.02 * 0.9**i for i in range(n)], [20.0] + [9.4] * (n - 1))
+    h.context.pop("continuous")
+    verdict = judge(h)
+    assert verdict.verdict == "entropy_collapse"
+    assert verdict.findings[0].evidence["entropy_limit"] == pytest.approx(0.2 * math.log(2))
+
+
+def test_kl_spikes_of_a_near_deterministic_policy_are_not_exploding_updates():
+    n = 40
+    entropy = [0.69] * 5 + [1e-3] * (n - 5)
+    kl = [5e-3] * 10 + [20.0, 1e-6, 30.0, 1e-6, 15.0] * 6
+    h = ppo_history(n, entropy=entropy, approx_kl=kl, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
+    h.context.update(continuous=False, entropy_max=math.log(2))
+    verdict = judge(h)
+    assert "exploding_updates" not in {f.kind for f in verdict.findings}
+    assert verdict.verdict == "entropy_collapse"
+    # the same spikes while the policy still explores are exploding updates
+    h = ppo_history(n, approx_kl=kl)
+    h.context.update(continuous=False, entropy_max=math.log(2))
+    assert judge(h).verdict == "exploding_updates"
+
+
+def test_a_plain_ppo_log_whose_critic_never_explained_anything_is_stuck_at_the_end_only():
+    n = 40
+    # returns rise (the actor learns on raw returns), the value loss rises with them, and
+    # explained variance never reaches 0.2 at any update: the critic is not trained
+    h = ppo_history(
+        n,
+        value_loss=[40.0 + 3 * i for i in range(n)],
+        explained_variance=[0.02 * math.sin(i) for i in range(n)],
+        ep_return=[20.0 + 5 * i for i in range(n)],
+        ep_length=[20.0 + 5 * i for i in range(n)],
+    )
+    finding = next(f for f in judge(h).findings if f.kind == "stuck_value_loss")
+    assert finding.certain and finding.evidence["ev_best"] < 0.2
+    # mid-run (the same history, a budget twice as long) it is not judged on that rule
+    h.total_steps *= 2
+    assert "stuck_value_loss" not in {f.kind for f in Judge().check(h).findings}
+    # a critic that explained half the variance once is judged by the other rules
+    h.total_steps //= 2
+    ev = [0.02 * math.sin(i) for i in range(n)]
+    ev[20] = 0.5
+    assert (
+        judge(
+            ppo_history(
+                n,
+                value_loss=[40.0 + 3 * i for i in range(n)],
+                explained_variance=ev,
+                ep_return=[20.0 + 5 * i for i in range(n)],
+                ep_length=[20.0 + 5 * i for i in range(n)],
+            )
+        ).verdict
+        == "healthy"
+    )
+
+
+def test_a_value_loss_that_fell_only_with_its_targets_is_stuck():
+    n = 40
+    # callback history: the loss falls 5% an update, but only as fast as the returns' mean square
+    # (a reward shrinking towards 0): it stays as large as the targets it should fit
+    h = ppo_history(
+        n,
+        value_loss=[100.0 * 0.95**i for i in range(n)],
+        explained_variance=[0.01] * n,
+        return_rms=[10.0 * 0.975**i for i in range(n)],
+    )
+    assert judge(h).verdict == "stuck_value_loss"
+    # the same fall against steady returns is a critic that fits
+    h = ppo_history(
+        n, value_loss=[100.0 * 0.95**i for i in range(n)], explained_variance=[0.01] * n, return_rms=[31.0] * n
+    )
+    assert judge(h).verdict == "healthy"

@@ -72,6 +72,43 @@ def rel_change(values: list[float]) -> float:
     return (max(finite) - min(finite)) / scale
 
 
+def determinism_limit(
+    history: History, entropy_fraction: float, std_max: float, entropy_drop: float
+) -> tuple[str, float] | None:
+    """The signal, and the value under which the policy is near-deterministic:
+
+    - a Gaussian with a logged std: its mean std under ``std_max`` (actions of unit scale);
+    - a Gaussian without (CleanRL): its entropy fallen by ``entropy_drop`` nats from the first value;
+    - a discrete policy: its entropy under ``entropy_fraction`` of the uniform policy's. The callback
+      knows that maximum; a plain log does not, and its first entropy stands in (an untrained policy
+      is near uniform), floored at ln 2, the least any discrete space of two or more actions has: a
+      policy whose logits start saturated logs a tiny first entropy.
+    """
+    continuous = history.context.get("continuous")
+    if continuous is None:
+        continuous = history.has("std")
+    if continuous and history.has("std"):
+        return "std", std_max
+    entropies = history.values("entropy")
+    if not entropies or not math.isfinite(entropies[0]):
+        return None
+    if continuous:
+        return "entropy", entropies[0] - entropy_drop
+    top = history.context.get("entropy_max") or max(entropies[0], math.log(2))
+    return ("entropy", entropy_fraction * top) if top > 0 else None
+
+
+def near_deterministic(history: History, entropy_fraction: float, std_max: float, entropy_drop: float) -> set[int]:
+    """Update indices at which the policy was near-deterministic (see :func:`determinism_limit`)."""
+    found = determinism_limit(history, entropy_fraction, std_max, entropy_drop)
+    if found is None:
+        return set()
+    name, limit = found
+    indices, values = history.arrays(name)
+    with np.errstate(invalid="ignore"):
+        return {int(i) for i in indices[np.isfinite(values) & (values < limit)]}
+
+
 def returns_rose(history: History, w: int, at_best: bool = False) -> bool:
     """Episode returns rose from the first window to the last by most of their range and by
     over 10% of their own size (noise does neither); with ``at_best``, they also sit near their best."""

@@ -3,13 +3,15 @@
 Certain once ``min_progress`` of the budget is done (or at the end of a run of unknown budget) when:
 - the policy is near-deterministic over the last window: discrete policies' entropy below
   ``entropy_fraction`` of the uniform policy's (known to the callback; from a plain log, the
-  first recorded entropy stands in, as an untrained policy is near uniform);
+  first recorded entropy stands in, as an untrained policy is near uniform, floored at ln 2);
   Gaussian policies' mean std (``std``) below ``std_max``, or, without ``std``, entropy fallen by
   at least ``entropy_drop`` nats from its first value;
 - it got there in the first ``by_progress`` of the run and stayed there;
 - and the returns stall: the last window's median is not ``min_gain`` above the first few
   returns (the untrained policy's), or it has fallen back by more than half of what the run
-  gained at its best. A policy that converged by learning (a solved task) is not entropy collapse.
+  gained at its best. A policy that converged by learning (a solved task) is not entropy collapse:
+  neither is one whose recent episodes all pay the best total the run has seen (a sparse reward
+  paid on reaching a goal caps the return, so it cannot rise further).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 from typing import Any
 
 from stability import advice
-from stability.detectors._base import Detector, median, progress, window_size
+from stability.detectors._base import Detector, determinism_limit, median, progress, window_size
 from stability.findings import Finding
 from stability.signals import History
 
@@ -37,7 +39,7 @@ class EntropyCollapse(Detector):
         continuous = history.context.get("continuous")
         if continuous is None:
             continuous = history.has("std")
-        collapsed = self._collapsed_from(history, t, continuous)
+        collapsed = self._collapsed_from(history, t)
         if collapsed is None:
             return None
         start, evidence = collapsed
@@ -78,25 +80,14 @@ class EntropyCollapse(Detector):
             patches=patches,
         )
 
-    def _collapsed_from(self, history: History, t: dict[str, Any], continuous: bool) -> tuple[int, dict] | None:
+    def _collapsed_from(self, history: History, t: dict[str, Any]) -> tuple[int, dict] | None:
         """Update index from which the policy has stayed near-deterministic, and the evidence."""
-        if continuous and history.has("std"):
-            indices, values = zip(*history.indexed("std"), strict=False)
-            limit, name = t["std_max"], "std"
-            hold = [v < limit for v in values]
-        else:
-            indices, values = zip(*history.indexed("entropy"), strict=False)
-            first = values[0]
-            if not math.isfinite(first):
-                return None
-            if continuous:
-                limit, name = first - t["entropy_drop"], "entropy"
-            else:  # an untrained policy is near uniform: its first entropy stands in for the maximum
-                top = history.context.get("entropy_max") or first
-                if top <= 0:
-                    return None
-                limit, name = t["entropy_fraction"] * top, "entropy"
-            hold = [math.isfinite(v) and v < limit for v in values]
+        found = determinism_limit(history, t["entropy_fraction"], t["std_max"], t["entropy_drop"])
+        if found is None:
+            return None
+        name, limit = found
+        indices, values = zip(*history.indexed(name), strict=False)
+        hold = [math.isfinite(v) and v < limit for v in values]
         if not hold[-1]:
             return None
         k = len(hold) - 1
@@ -110,9 +101,12 @@ def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | 
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
     if len(returns) < 4:
         return None
-    first, late = median(returns[:3]), median(returns[-min(w, len(returns) // 2) :])
+    tail = returns[-min(w, len(returns) // 2) :]
+    first, late = median(returns[:3]), median(tail)
     k = max(3, min(w, len(returns) // 4))
     best = max(median(returns[i : i + k]) for i in range(0, len(returns) - k + 1))
+    if min(tail) == max(tail) == max(returns) > first:
+        return None  # every recent episode pays the best total the run has seen: a solved task
     no_gain = late < first + t["min_gain"] * max(abs(first), 1e-8)
     fell_back = best > first and late < best - 0.5 * (best - first)
     if not (no_gain or fell_back):

@@ -3,7 +3,10 @@
 The baseline is the run itself: the median of the first ``baseline_fraction`` of updates. A
 pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_loss_ratio``
 times it, or an approx_kl above ``kl_max`` (the new policy barely resembles the old one) count
-as hits; ``min_hits`` of them make it certain. Healthy runs do see gradient norms grow as
+as hits; ``min_hits`` of them make it certain. An approx_kl hit at an update where the policy was
+already near-deterministic does not count: between two near-deterministic policies (saturated
+logits, a Gaussian std near 0) a small move is a huge KL, and the collapse that caused it is
+``entropy_collapse``'s to name. Healthy runs do see gradient norms grow as
 returns grow, by 10-100x; three orders of magnitude is beyond that.
 """
 
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, median
+from stability.detectors._base import Detector, median, near_deterministic
 from stability.findings import Finding
 from stability.signals import History
 
@@ -45,8 +48,15 @@ class ExplodingUpdates(Detector):
         with np.errstate(invalid="ignore"):
             kl = np.isfinite(values) & (values > t["kl_max"])
         if kl.any():
-            hits.extend((int(i), "approx_kl") for i in indices[kl])
-            evidence["approx_kl_max"] = float(values[kl].max())
+            collapsed = near_deterministic(
+                history, t["deterministic_entropy_fraction"], t["deterministic_std"], t["deterministic_entropy_drop"]
+            )
+            keep = np.array([int(i) not in collapsed for i in indices]) & kl
+            if (kl & ~keep).any():
+                evidence["approx_kl_hits_near_deterministic"] = int((kl & ~keep).sum())
+            if keep.any():
+                hits.extend((int(i), "approx_kl") for i in indices[keep])
+                evidence["approx_kl_max"] = float(values[keep].max())
         if not hits:
             return None
         hits.sort()

@@ -15,8 +15,12 @@ stays at or below ``ev_max``, and the critic's error is large against what it fi
   on the targets' scale when rewards reached the critic normalised),
   or, for PPO-style logs (large batches, where explained variance is a reliable number),
   explained variance pinned within ``ev_pinned`` of 0 on ``pinned_share`` of the window while
-  the returns do not rise. Explained variance is never used alone: it is ~0 in healthy runs
-  whose rollouts hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
+  the returns do not rise, or, once the run has ended, never above ``ev_max`` at any update.
+
+With ``return_rms``, a value loss still at least ``relative_alone`` times the mean squared return
+is stuck even if it fell: it only fell with its targets. Explained variance is never used alone:
+it is ~0 in healthy runs whose rollouts hold no episode end (near-constant targets), and in A2C's
+5-step rollouts.
 """
 
 from __future__ import annotations
@@ -55,22 +59,34 @@ class StuckValueLoss(Detector):
         }
         if not (math.isfinite(early) and math.isfinite(late) and math.isfinite(ev)):
             return None
-        if late < t["fall_ratio"] * early or ev > t["ev_max"]:
+        fell = late < t["fall_ratio"] * early
+        if ev > t["ev_max"]:
             return None
         rms = history.values("return_rms", last=w)
         if rms:
             relative = late / max(median(rms) ** 2, 1e-12)
             evidence["value_loss_over_return_sq"] = relative
-            if relative < t["relative_floor"]:
+            # A loss that fell but is still relative_alone of the returns' mean square has only
+            # fallen with its targets (a shrinking reward, a policy that stopped moving).
+            if relative < t["relative_floor"] or (fell and relative < t["relative_alone"]):
                 return None
         else:
+            if fell:
+                return None
             scale = _discounted_scale(history, w)
             episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
             pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
-            evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
+            best_ev = max((v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan)
+            evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned, ev_best=best_ev)
             big = math.isfinite(episode) and episode >= t["relative_floor_episode"]
-            flat_critic = history.has("approx_kl") and pinned >= t["pinned_share"] and not returns_rose(history, w)
-            if not (big or flat_critic):
+            ppo_style = history.has("approx_kl")
+            flat_critic = ppo_style and pinned >= t["pinned_share"] and not returns_rose(history, w)
+            # PPO-style batches make explained variance a reliable number: a critic that never
+            # explained ev_max of the returns' variance at any update of the whole run has not
+            # fit. Judged only once the run has ended: mid-run, a slow critic (noisy rewards) may
+            # not have got there yet, and a live check would stop it.
+            never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
+            if not (big or flat_critic or never_fit):
                 return None
         causes, patches = _causes(history, t, evidence)
         # Fewer than min_certain_updates updates or min_certain_steps env steps: a critic that has
