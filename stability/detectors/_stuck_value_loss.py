@@ -15,7 +15,8 @@ stays at or below ``ev_max``, and the critic's error is large against what it fi
   on the targets' scale when rewards reached the critic normalised),
   or, for PPO-style logs (large batches, where explained variance is a reliable number),
   explained variance pinned within ``ev_pinned`` of 0 on ``pinned_share`` of the window while
-  the returns do not rise, or, once the run has ended, never above ``ev_max`` at any update.
+  the returns do not rise, or, once the run has ended, never above ``ev_max`` at any update
+  (whether or not the loss fell).
 
 With ``return_rms``, a value loss still at least ``relative_alone`` times the mean squared return
 is stuck even if it fell: it only fell with its targets. Explained variance is never used alone:
@@ -71,20 +72,19 @@ class StuckValueLoss(Detector):
             if relative < t["relative_floor"] or (fell and relative < t["relative_alone"]):
                 return None
         else:
-            if fell:
-                return None
             scale = _discounted_scale(history, w)
             episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
             pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
             best_ev = max((v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan)
             evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned, ev_best=best_ev)
-            big = math.isfinite(episode) and episode >= t["relative_floor_episode"]
+            big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
             ppo_style = history.has("approx_kl")
-            flat_critic = ppo_style and pinned >= t["pinned_share"] and not returns_rose(history, w)
+            flat_critic = not fell and ppo_style and pinned >= t["pinned_share"] and not returns_rose(history, w)
             # PPO-style batches make explained variance a reliable number: a critic that never
             # explained ev_max of the returns' variance at any update of the whole run has not
-            # fit. Judged only once the run has ended: mid-run, a slow critic (noisy rewards) may
-            # not have got there yet, and a live check would stop it.
+            # fit, whether or not its loss fell (it may have fallen with its targets). Judged only
+            # once the run has ended: mid-run, a slow critic (noisy rewards) may not have got there
+            # yet, and a live check would stop it.
             never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
             if not (big or flat_critic or never_fit):
                 return None
