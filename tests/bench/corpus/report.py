@@ -137,5 +137,6 @@ def markdown(d: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else score.REPO / "results" / "corpus" / "runs"
+    paths = [a for a in sys.argv[1:] if not a.startswith("--")]
+    root = Path(paths[0]) if paths else score.REPO / "results" / "corpus" / "runs"
     print("\n".join(markdown(evaluate(root, lomo="--no-lomo" not in sys.argv))))
