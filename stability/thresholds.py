@@ -66,6 +66,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "ev_max": 0.2,
         "relative_floor": 0.2,
         "relative_alone": 0.5,
+        "relative_never_fit": 0.1,
         "relative_floor_episode": 0.1,
         "ev_pinned": 1.0e-3,
         "pinned_share": 0.6,

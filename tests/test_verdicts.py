@@ -259,3 +259,30 @@ def test_a_value_loss_that_fell_only_with_its_targets_is_stuck():
         n, value_loss=[100.0 * 0.95**i for i in range(n)], explained_variance=[0.01] * n, return_rms=[31.0] * n
     )
     assert judge(h).verdict == "healthy"
+
+
+def test_with_return_scale_a_critic_that_never_fit_is_stuck_from_a_tenth_of_the_returns_square():
+    n = 40
+    # the loss rises with rising returns and explained variance never leaves 0: at the end of the
+    # run, an error of 15% of the returns' mean square is enough; one of 1% (noise it cannot fit) is not
+    for share, verdict in ((0.15, "stuck_value_loss"), (0.01, "healthy")):
+        h = ppo_history(
+            n,
+            value_loss=[share * (20.0 + i) ** 2 for i in range(n)],
+            explained_variance=[0.001 * (-1) ** i for i in range(n)],
+            return_rms=[20.0 + i for i in range(n)],
+            ep_return=[20.0 + 5 * i for i in range(n)],
+        )
+        assert judge(h).verdict == verdict, share
+
+
+def test_a_critic_off_by_most_of_the_returns_square_is_stuck_whatever_its_explained_variance():
+    n = 40
+    h = ppo_history(
+        n,
+        value_loss=[80.0] * n,
+        explained_variance=[0.3] * n,
+        return_rms=[10.0] * n,
+        ep_return=[-900.0 + i % 5 for i in range(n)],
+    )
+    assert judge(h).verdict == "stuck_value_loss"

@@ -3,25 +3,31 @@
 Judged after ``min_progress`` of the budget (or at the end of a run of unknown budget), on the
 first and last windows of updates (smaller windows for a run of fewer than ``min_updates``); a
 run of fewer than ``min_certain_updates`` updates or ``min_certain_steps`` env steps gets at most
-a warning (its critic may only need more updates):
-the value loss has not fallen below ``fall_ratio`` times its first level, explained variance
-stays at or below ``ev_max``, and the critic's error is large against what it fits:
+a warning (its critic may only need more updates).
 
-- with the callback's ``return_rms`` (the scale of the critic's targets): value loss at least
-  ``relative_floor`` times the mean squared return. A critic this far off is not lagging a
-  fast-improving policy (that is a few percent), it has not learnt the returns' scale;
-- from a plain log (no ``return_rms``): value loss at least ``relative_floor_episode`` times the
-  square of the discounted return estimated from the episodes' return and length (a lower bound
-  on the targets' scale when rewards reached the critic normalised),
-  or, for PPO-style logs (large batches, where explained variance is a reliable number),
-  explained variance pinned within ``ev_pinned`` of 0 on ``pinned_share`` of the window while
-  the returns do not rise, or, once the run has ended, never above ``ev_max`` at any update
-  (whether or not the loss fell).
+With the callback's ``return_rms`` (the scale of the critic's targets), stuck when the last
+window's value loss is:
 
-With ``return_rms``, a value loss still at least ``relative_alone`` times the mean squared return
-is stuck even if it fell: it only fell with its targets. Explained variance is never used alone:
-it is ~0 in healthy runs whose rollouts hold no episode end (near-constant targets), and in A2C's
-5-step rollouts.
+- at least ``relative_alone`` times the mean squared return, whatever explained variance says
+  and however far the loss fell (it falls with its targets when the reward shrinks);
+- or at least ``relative_floor`` times it, the loss has not fallen below ``fall_ratio`` times its
+  first level, and explained variance stays at or below ``ev_max``. A critic lagging a
+  fast-improving policy is a few percent off; one this far off has not learnt the returns' scale;
+- or, once a PPO-style run has ended, at least ``relative_never_fit`` times it while explained
+  variance never rose above ``ev_max`` at any update.
+
+From a plain log (no ``return_rms``), with explained variance at or below ``ev_max``:
+
+- a loss that has not fallen and is at least ``relative_floor_episode`` times the square of the
+  discounted return estimated from the episodes' return and length (a lower bound on the
+  targets' scale when rewards reached the critic normalised);
+- or, for PPO-style logs (large batches, where explained variance is a reliable number), a loss
+  that has not fallen with explained variance pinned within ``ev_pinned`` of 0 on
+  ``pinned_share`` of the window while the returns do not rise;
+- or, once such a run has ended, explained variance never above ``ev_max`` at any update.
+
+Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
+hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
 """
 
 from __future__ import annotations
@@ -61,31 +67,37 @@ class StuckValueLoss(Detector):
         if not (math.isfinite(early) and math.isfinite(late) and math.isfinite(ev)):
             return None
         fell = late < t["fall_ratio"] * early
-        if ev > t["ev_max"]:
-            return None
         rms = history.values("return_rms", last=w)
+        ppo_style = history.has("approx_kl")
+        best_ev = max((v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan)
+        # PPO-style batches make explained variance a reliable number: a critic that never
+        # explained ev_max of the returns' variance at any update of the whole run has not fit,
+        # whether or not its loss fell (it may have fallen with its targets). Judged only once the
+        # run has ended: mid-run, a slow critic (noisy rewards) may not have got there yet, and a
+        # live check would stop it.
+        never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
+        evidence["ev_best"] = best_ev
         if rms:
             relative = late / max(median(rms) ** 2, 1e-12)
             evidence["value_loss_over_return_sq"] = relative
-            # A loss that fell but is still relative_alone of the returns' mean square has only
-            # fallen with its targets (a shrinking reward, a policy that stopped moving).
-            if relative < t["relative_floor"] or (fell and relative < t["relative_alone"]):
-                return None
+            # Still relative_alone of the returns' mean square: whatever explained variance says
+            # (it can track their variation around a badly wrong level) and however far the loss
+            # fell (with its targets: a shrinking reward, a policy that stopped moving), the critic
+            # has not learnt the returns. Healthy critics of the corpus stay under 0.15.
+            if relative >= t["relative_alone"]:
+                pass
+            elif ev > t["ev_max"] or fell or relative < t["relative_floor"]:
+                if not (never_fit and relative >= t["relative_never_fit"]):
+                    return None
+        elif ev > t["ev_max"]:
+            return None
         else:
             scale = _discounted_scale(history, w)
             episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
             pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
-            best_ev = max((v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan)
-            evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned, ev_best=best_ev)
+            evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
             big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
-            ppo_style = history.has("approx_kl")
             flat_critic = not fell and ppo_style and pinned >= t["pinned_share"] and not returns_rose(history, w)
-            # PPO-style batches make explained variance a reliable number: a critic that never
-            # explained ev_max of the returns' variance at any update of the whole run has not
-            # fit, whether or not its loss fell (it may have fallen with its targets). Judged only
-            # once the run has ended: mid-run, a slow critic (noisy rewards) may not have got there
-            # yet, and a live check would stop it.
-            never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
             if not (big or flat_critic or never_fit):
                 return None
         causes, patches = _causes(history, t, evidence)
