@@ -286,3 +286,31 @@ def test_a_critic_off_by_most_of_the_returns_square_is_stuck_whatever_its_explai
         ep_return=[-900.0 + i % 5 for i in range(n)],
     )
     assert judge(h).verdict == "stuck_value_loss"
+
+
+def _a2c_history(entropy: list[float], continuous: bool) -> History:
+    h = History(total_steps=len(entropy) * 160, context={"continuous": continuous, "algo": "A2C"})
+    for i, e in enumerate(entropy):
+        values = {
+            "entropy": e,
+            "ep_return": 20.0 + (i % 3),
+            "value_loss": 9.0,
+            "explained_variance": 0.001,
+            "learning_rate": 7e-4,
+            "grad_norm": 3.8,
+            "grad_norm_actor": 0.4,  # ~10% of the gradient: not starved
+        }
+        if continuous:
+            values["std"] = 1.0
+        h.add(160 * (i + 1), values)
+    return h
+
+
+def test_an_a2c_policy_held_at_its_first_entropy_is_dead():
+    n = 100
+    # weight decay holds the logits at 0: entropy ln 2 all run, though the actor's gradient is not small
+    frozen = [0.6904] + [0.6931] * (n - 1)
+    verdict = judge(_a2c_history(frozen, continuous=False))
+    assert verdict.verdict == "dead_policy_gradient"
+    # a Gaussian's entropy only measures its std: a frozen std says nothing of its mean
+    assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(frozen, continuous=True)).findings}

@@ -9,7 +9,9 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   everything) and never counts as dead; a schedule that has taken the learning rate near 0 is
   not a failure either.
 - A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
-  entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat.
+  entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
+  or (discrete policies) the entropy still at its very first value (weight decay or an entropy
+  bonus holding the policy at uniform while its gradient is not small).
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
@@ -53,7 +55,12 @@ class DeadPolicyGradient(Detector):
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
             starved = _actor_starved(history, w, t, evidence)
-            dead = bool(frozen_entropy) and frozen_std is not False and starved
+            # A discrete policy whose entropy never left its first value (a Gaussian's entropy
+            # only measures its std, so this says nothing of its mean): as in PPO's case.
+            continuous = history.context.get("continuous")
+            discrete = continuous is False or (continuous is None and not history.has("std"))
+            still = discrete and _never_moved(history, t, evidence)
+            dead = bool(frozen_entropy) and frozen_std is not False and (starved or still)
             onset = n - w
         if not dead or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
