@@ -11,7 +11,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stability import keys
 from stability.errors import RlsweepError
 from sweeps import spec as spec_module
 from sweeps.errors import SpecError, UsageError
@@ -198,14 +197,14 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     study = optuna.load_study(study_name=names[0], storage=url)
     trials = study.get_trials(deepcopy=False)
     from sweeps.progress import verdict_counts
+    from sweeps.results import record
 
     counts: dict[str, int] = {}
     verdicts: dict[str, int] = {}
-    for t in trials:
-        outcome = t.user_attrs.get(keys.OUTCOME, t.state.name.lower())
-        counts[outcome] = counts.get(outcome, 0) + 1
-        if t.user_attrs.get(keys.VERDICT):
-            verdicts[t.user_attrs[keys.VERDICT]] = verdicts.get(t.user_attrs[keys.VERDICT], 0) + 1
+    for r in map(record, trials):
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1
+        if r.verdict:
+            verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
     console.print(trials_table(trials, f"{names[0]}: {len(trials)} trials"))
     console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
     console.print(verdict_counts(verdicts), highlight=False)

@@ -10,7 +10,6 @@ and are added to the study as new finished trials when they end.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import statistics
@@ -27,7 +26,9 @@ from sweeps import repair as rp
 from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Event
-from sweeps.spec import ENV_PREFIX, PRESET, SweepSpec
+from sweeps.configs import stability_settings, trial_configs
+from sweeps.results import record
+from sweeps.spec import SweepSpec
 from sweeps.tracking import BackgroundTracker, MlflowTracker
 from sweeps.trial import TrialConfig
 
@@ -138,10 +139,9 @@ class Driver:
         previous = st.counted(self.study)
         p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
-        for t in previous:
-            verdict = t.user_attrs.get(keys.VERDICT)
-            if verdict:
-                p.verdicts[verdict] = p.verdicts.get(verdict, 0) + 1
+        for r in map(record, previous):
+            if r.verdict:
+                p.verdicts[r.verdict] = p.verdicts.get(r.verdict, 0) + 1
         self._update_best(previous)
         p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list) if self.open_trials else 0
         for plan in self.plans:  # queued before run() by ``rlsweep repair``
@@ -640,61 +640,6 @@ class Driver:
         if complete:
             best = max(complete, key=lambda t: t.value)
             self.progress.best, self.progress.best_trial = best.value, best.number
-
-
-def stability_settings(spec: SweepSpec) -> dict[str, Any]:
-    """What a worker's StabilityCallback needs: plain data, thresholds resolved."""
-    return {
-        "enabled": spec.stability.enabled,
-        "stop_on": list(spec.stability.stop_on),
-        "thresholds": spec.stability_thresholds(),
-        "override_keys": spec.stability.override_keys,
-    }
-
-
-def trial_configs(
-    spec: SweepSpec,
-    number: int,
-    params: dict[str, Any],
-    seeds: list[int],
-    stability: dict[str, Any],
-    patch: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], list[TrialConfig]]:
-    """One job per seed for a configuration: the spec's hyperparameters and env with ``params``
-    (sampled values, by dotted name) set, then a repair's knob ``patch`` applied. Also returns
-    every hyperparameter, flattened, for logging."""
-    hyperparams = copy.deepcopy(spec.hyperparams)
-    env = spec.env.model_dump()
-    for name, value in params.items():
-        if name.startswith(ENV_PREFIX):
-            sp.set_nested(env, name[len("env.") :], value)
-        elif name == PRESET:  # a whole set of hyperparameters, applied over the fixed ones
-            for key, item in sp.flatten(value).items():
-                sp.set_nested(hyperparams, key, item)
-        else:
-            sp.set_nested(hyperparams, name, value)
-    if patch:
-        hyperparams = rp.apply_patch(hyperparams, patch)
-    logged = sp.flatten(hyperparams) | {k: v for k, v in params.items() if k.startswith(ENV_PREFIX)}
-    configs = [
-        TrialConfig(
-            sweep=spec.name,
-            trial=number,
-            seed=seed,
-            algo=spec.algo,
-            policy=spec.policy,
-            env=env,
-            hyperparams=hyperparams,
-            total_timesteps=spec.total_timesteps,
-            eval_episodes=spec.objective.eval_episodes,
-            eval_seed=spec.objective.eval_seed_offset + seed,
-            deterministic=spec.objective.deterministic,
-            stability=stability,
-            device=spec.backend.device,
-        )
-        for seed in seeds
-    ]
-    return logged, configs
 
 
 def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:

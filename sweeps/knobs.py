@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps import schedules
+from sweeps import envs, schedules
+from sweeps import space as sp
 from sweeps.errors import Issue, did_you_mean, one_of
 
 KNOBS = (
@@ -356,3 +357,71 @@ def wrap_eval_env(venv: Any, built: Built, train_env: Any) -> Any:
     eval_env = VecNormalize(venv, training=False, **settings)
     eval_env.obs_rms = copy.deepcopy(train_env.obs_rms)
     return eval_env
+
+
+# --- knob combinations (checked by the spec's validation) --------------------------------------
+def candidates(dist: sp.Dist) -> list[Any]:
+    """The values a dimension can take, as far as checks need: choices, a fixed value, range ends."""
+    if dist.kind == "choice":
+        return list(dist.values)
+    if dist.is_fixed:
+        return [dist.value]
+    return [dist.low, dist.high]
+
+
+def combination_issues(
+    algo: str, policy: str, env: dict[str, Any], fixed: dict[str, Any], dims: dict[str, sp.Dist]
+) -> list[Issue]:
+    """Knobs that are fine alone but not together, or not with this algorithm, policy or env
+    (``fixed``: the spec's hyperparameters, flattened; ``dims``: its search space)."""
+    issues: list[Issue] = []
+
+    def values(key: str) -> tuple[str, list[Any]] | None:
+        if key in fixed:
+            return "hyperparams", [fixed[key]]
+        if key in dims:
+            return "space", candidates(dims[key])
+        return None
+
+    gains = [k for k in (*fixed, *dims) if k.startswith("init_gains")]
+    ortho = values("ortho_init")
+    if gains and ortho and False in ortho[1]:
+        issues.append(
+            Issue(
+                f"{ortho[0]}.ortho_init",
+                "init_gains set orthogonal gains, so ortho_init must stay "
+                "true (drop init_gains to use SB3's other init)",
+            )
+        )
+    bounds, init = values("log_std_bounds"), values("log_std_init")
+    if bounds and init and bounds[0] == "hyperparams" and init[0] == "hyperparams":
+        low, high = bounds[1][0]
+        if not low <= init[1][0] <= high:
+            issues.append(
+                Issue(
+                    "hyperparams.log_std_init", f"log_std_init={init[1][0]} lies outside log_std_bounds [{low}, {high}]"
+                )
+            )
+    schedule = [k for k in (*fixed, *dims) if k.startswith("learning_rate.")]
+    if schedule and not values("learning_rate.initial"):
+        issues.append(
+            Issue(
+                f"{'space' if schedule[0] in dims else 'hyperparams'}.learning_rate.initial",
+                "a learning-rate schedule needs 'initial' (fixed or swept)",
+            )
+        )
+    bounds_where = values("log_std_bounds")
+    if bounds_where and algo in ("SAC", "TQC") and policy not in ("MlpPolicy", "MultiInputPolicy"):
+        issues.append(
+            Issue(
+                f"{bounds_where[0]}.log_std_bounds",
+                f"for {algo} it supports MlpPolicy and MultiInputPolicy, not {policy}",
+            )
+        )
+    gaussian = [key for key in ("log_std_bounds", "log_std_init") if values(key)]
+    if gaussian:
+        problem = envs.continuous_action_problem(env)
+        if problem:
+            where = (values(gaussian[0]) or ("hyperparams", []))[0]
+            issues.append(Issue(f"{where}.{gaussian[0]}", f"applies to Gaussian (Box action) policies; {problem}"))
+    return issues

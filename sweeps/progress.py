@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from stability import keys
 from sweeps.driver import Progress
+from sweeps.results import record
 
 
 def _clock(seconds: float | None) -> str:
@@ -82,18 +82,16 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
     for column in ("trial", "outcome", "verdict", "objective", "returns per seed", "params"):
         table.add_column(column, overflow="fold")
     ranked = sorted(trials, key=lambda t: (t.value is None, -(t.value or 0.0), t.number))
-    for t in ranked[:limit]:
-        attrs = t.user_attrs
-        outcome = attrs.get(keys.OUTCOME, t.state.name.lower())
-        returns = ", ".join(f"{float(v):.1f}" for v in attrs.get(keys.RETURNS, {}).values())
-        params = attrs.get(keys.PARAMS, t.params)
-        text = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, float) else f'{v:.4g}'}" for k, v in params.items())
-        if keys.REPAIR_OF in attrs:
-            outcome += f" (repair of {attrs[keys.REPAIR_OF]})"
-            patch = ", ".join(f"{k}={json.dumps(v)}" for k, v in (attrs.get(keys.REPAIR_PATCH) or {}).items())
+    for r in map(record, ranked[:limit]):
+        outcome = r.outcome
+        returns = ", ".join(f"{v:.1f}" for v in r.returns.values())
+        text = ", ".join(f"{k}={f'{v:.4g}' if isinstance(v, float) else json.dumps(v)}" for k, v in r.params.items())
+        if r.repair_of is not None:
+            outcome += f" (repair of {r.repair_of})"
+            patch = ", ".join(f"{k}={json.dumps(v)}" for k, v in r.patch.items())
             text = (text + "; " if text else "") + f"patch: {patch}"
-        if keys.ERROR in attrs:
-            text += f"\n[red]{attrs[keys.ERROR][:300]}[/red]"
-        value = "-" if t.value is None else f"{t.value:.2f}"
-        table.add_row(str(t.number), outcome, attrs.get(keys.VERDICT, "-"), value, returns or "-", text or "-")
+        if r.error:
+            text += f"\n[red]{r.error[:300]}[/red]"
+        value = "-" if r.value is None else f"{r.value:.2f}"
+        table.add_row(str(r.number), outcome, r.verdict or "-", value, returns or "-", text or "-")
     return table

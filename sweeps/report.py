@@ -23,6 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from stability import VERDICTS, keys
+from sweeps import results as results_module
+from sweeps.ranges import safe_ranges
 from sweeps.results import SCORE_RULE, SweepResults, TrialRecord
 
 # One colour per verdict, in stability.VERDICTS' order (healthy, then the detectors' priority order);
@@ -249,9 +251,6 @@ def curve_points(res: SweepResults, numbers: list[int]) -> dict[int, list[tuple[
 
 # --- the report ---------------------------------------------------------------------------------
 def build(name: str, console: Console) -> Path:
-    from sweeps import results as results_module
-    from sweeps.export import safe_ranges
-
     res = results_module.load(name)
     folder = res.spec.storage_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)

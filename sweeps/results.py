@@ -43,6 +43,7 @@ class TrialRecord:
     repair_of: int | None = None  # a repair attempt: the failing trial it repairs
     patch: dict[str, Any] = field(default_factory=dict)  # the repair's knob patch
     confirm: dict[str, Any] | None = None  # a repair's run on fresh seeds
+    patches: list[dict[str, Any]] = field(default_factory=list)  # its findings' knob patches
 
     @property
     def failed_seeds(self) -> int:
@@ -120,24 +121,26 @@ def load(name: str) -> SweepResults:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = f"sqlite:///{(folder / 'optuna.db').resolve()}"
     study = optuna.load_study(study_name=spec.name, storage=url)
-    records = []
-    for t in study.get_trials(deepcopy=False):
-        attrs = t.user_attrs
-        outcome = attrs.get(keys.OUTCOME, "running" if t.state.name == "RUNNING" else t.state.name.lower())
-        records.append(
-            TrialRecord(
-                number=t.number,
-                state=t.state.name,
-                outcome=outcome,
-                params=dict(attrs.get(keys.PARAMS, {})),
-                returns={int(k): float(v) for k, v in attrs.get(keys.RETURNS, {}).items()},
-                verdicts={int(k): v for k, v in attrs.get(keys.VERDICTS, {}).items()},
-                verdict=attrs.get(keys.VERDICT),
-                value=t.value,
-                error=attrs.get(keys.ERROR, ""),
-                repair_of=attrs.get(keys.REPAIR_OF),
-                patch=dict(attrs.get(keys.REPAIR_PATCH) or {}),
-                confirm=attrs.get(keys.CONFIRM),
-            )
-        )
+    records = [record(t) for t in study.get_trials(deepcopy=False)]
     return SweepResults(spec, records, study)
+
+
+def record(t: Any) -> TrialRecord:
+    """The one reader of an Optuna trial's rlsweep attributes (keys in :mod:`stability.keys`):
+    export, report, status, the live table, resume and MLflow reconciliation all read trials here."""
+    attrs = t.user_attrs
+    return TrialRecord(
+        number=t.number,
+        state=t.state.name,
+        outcome=attrs.get(keys.OUTCOME, t.state.name.lower()),
+        params=dict(attrs.get(keys.PARAMS, t.params)),
+        returns={int(k): float(v) for k, v in attrs.get(keys.RETURNS, {}).items()},
+        verdicts={int(k): v for k, v in attrs.get(keys.VERDICTS, {}).items()},
+        verdict=attrs.get(keys.VERDICT),
+        value=t.value,
+        error=attrs.get(keys.ERROR, ""),
+        repair_of=attrs.get(keys.REPAIR_OF),
+        patch=dict(attrs.get(keys.REPAIR_PATCH) or {}),
+        confirm=attrs.get(keys.CONFIRM),
+        patches=list(attrs.get(keys.PATCHES, [])),
+    )

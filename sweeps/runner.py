@@ -12,7 +12,6 @@ from typing import Any
 
 from rich.console import Console
 
-from stability import keys
 from sweeps._yaml import dump_yaml
 from sweeps.driver import Progress
 from sweeps.errors import UsageError
@@ -195,7 +194,7 @@ def repair_sweep(
                         t.failure_class or "crashed",
                         t.returns,
                         spec.seed_list,
-                        list(f.user_attrs.get(keys.PATCHES, [])),
+                        t.patches,
                         dict(f.params),
                         dict(f.distributions),
                     )

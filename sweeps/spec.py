@@ -12,9 +12,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from sweeps import schedules
+from stability.thresholds import DEFAULTS, ThresholdError, Thresholds
+from sweeps import algos, envs, knobs, schedules
 from sweeps import space as sp
 from sweeps._yaml import YamlError, load_yaml
+from sweeps.algos import ACTIVATIONS, CLASS_KWARGS, MANAGED, SCHEDULED, class_name_problem
 from sweeps.errors import Issue, SpecError, did_you_mean, one_of
 
 RESULTS_DIR = Path("results")
@@ -198,8 +200,6 @@ class SweepSpec(_Model):
 
     def stability_thresholds(self) -> dict[str, dict[str, Any]]:
         """The detector thresholds in force: defaults with the spec's file applied."""
-        from stability.thresholds import Thresholds
-
         if self.stability.thresholds is None:
             return Thresholds().values
         return Thresholds.load(self.stability.thresholds).values
@@ -299,8 +299,6 @@ def _pydantic_issue(err: Any) -> Issue:  # pydantic's ErrorDetails
 
 # --- checks that need more than types -------------------------------------------------------
 def _semantic_issues(spec: SweepSpec) -> list[Issue]:
-    from sweeps import algos, envs, knobs
-
     issues: list[Issue] = []
     dims, space_issues = sp.parse_space(spec.space)
     issues += space_issues
@@ -325,12 +323,12 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
                 issues += _preset_issues(spec.algo, dims[key], dims, allowed)
                 continue
             if knobs.is_knob(key):
-                values = [fixed[key]] if where == "hyperparams" else _candidates(dims[key])
+                values = [fixed[key]] if where == "hyperparams" else knobs.candidates(dims[key])
                 issues += knobs.check(spec.algo, where, key, values)
             else:
                 issues += _check_hyperparam(spec.algo, where, key, allowed)
     if not issues:
-        issues += _knob_combination_issues(spec, fixed, dims)
+        issues += knobs.combination_issues(spec.algo, spec.policy, spec.env.model_dump(), fixed, dims)
     issues += _value_issues(fixed, dims)
     for key in sorted(set(fixed) & set(dims)):
         issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
@@ -377,8 +375,6 @@ PRESET = "preset"
 
 
 def _preset_issues(algo: str, dist: sp.Dist, dims: dict[str, sp.Dist], allowed: tuple[str, ...]) -> list[Issue]:
-    from sweeps import knobs
-
     if dist.kind != "choice" or not all(isinstance(v, dict) and v for v in dist.values):
         return [
             Issue(
@@ -400,8 +396,6 @@ def _preset_issues(algo: str, dist: sp.Dist, dims: dict[str, sp.Dist], allowed: 
 
 
 def _stability_issues(spec: SweepSpec) -> list[Issue]:
-    from stability.thresholds import DEFAULTS, ThresholdError, Thresholds
-
     issues = []
     for i, name in enumerate(spec.stability.stop_on):
         if name not in DEFAULTS:
@@ -414,75 +408,7 @@ def _stability_issues(spec: SweepSpec) -> list[Issue]:
     return issues
 
 
-def _candidates(dist: sp.Dist) -> list[Any]:
-    """The values a dimension can take, as far as checks need: choices, a fixed value, range ends."""
-    if dist.kind == "choice":
-        return list(dist.values)
-    if dist.is_fixed:
-        return [dist.value]
-    return [dist.low, dist.high]
-
-
-def _knob_combination_issues(spec: SweepSpec, fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue]:
-    """Knobs that are fine alone but not together, or not with this environment."""
-    from sweeps import envs
-
-    issues: list[Issue] = []
-
-    def values(key: str) -> tuple[str, list[Any]] | None:
-        if key in fixed:
-            return "hyperparams", [fixed[key]]
-        if key in dims:
-            return "space", _candidates(dims[key])
-        return None
-
-    gains = [k for k in (*fixed, *dims) if k.startswith("init_gains")]
-    ortho = values("ortho_init")
-    if gains and ortho and False in ortho[1]:
-        issues.append(
-            Issue(
-                f"{ortho[0]}.ortho_init",
-                "init_gains set orthogonal gains, so ortho_init must stay "
-                "true (drop init_gains to use SB3's other init)",
-            )
-        )
-    bounds, init = values("log_std_bounds"), values("log_std_init")
-    if bounds and init and bounds[0] == "hyperparams" and init[0] == "hyperparams":
-        low, high = bounds[1][0]
-        if not low <= init[1][0] <= high:
-            issues.append(
-                Issue(
-                    "hyperparams.log_std_init", f"log_std_init={init[1][0]} lies outside log_std_bounds [{low}, {high}]"
-                )
-            )
-    schedule = [k for k in (*fixed, *dims) if k.startswith("learning_rate.")]
-    if schedule and not values("learning_rate.initial"):
-        issues.append(
-            Issue(
-                f"{'space' if schedule[0] in dims else 'hyperparams'}.learning_rate.initial",
-                "a learning-rate schedule needs 'initial' (fixed or swept)",
-            )
-        )
-    bounds_where = values("log_std_bounds")
-    if bounds_where and spec.algo in ("SAC", "TQC") and spec.policy not in ("MlpPolicy", "MultiInputPolicy"):
-        issues.append(
-            Issue(
-                f"{bounds_where[0]}.log_std_bounds",
-                f"for {spec.algo} it supports MlpPolicy and MultiInputPolicy, not {spec.policy}",
-            )
-        )
-    gaussian = [key for key in ("log_std_bounds", "log_std_init") if values(key)]
-    if gaussian:
-        problem = envs.continuous_action_problem(spec.env.model_dump())
-        if problem:
-            where = (values(gaussian[0]) or ("hyperparams", []))[0]
-            issues.append(Issue(f"{where}.{gaussian[0]}", f"applies to Gaussian (Box action) policies; {problem}"))
-    return issues
-
-
 def _check_hyperparam(algo: str, where: str, key: str, allowed: tuple[str, ...]) -> list[Issue]:
-    from sweeps.algos import MANAGED
-
     top = key.split(".")[0]
     if top in MANAGED:
         extra = f"; to sweep env arguments use '{where}.{ENV_PREFIX}NAME'" if top == "env" else ""
@@ -499,8 +425,6 @@ def _check_hyperparam(algo: str, where: str, key: str, allowed: tuple[str, ...])
 
 def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue]:
     """Values that must be names from a fixed list (activation functions, optimizer classes, ...)."""
-    from sweeps.algos import ACTIVATIONS, CLASS_KWARGS, class_name_problem
-
     issues = []
     for name in CLASS_KWARGS:
         key = f"policy_kwargs.{name}"
@@ -513,8 +437,6 @@ def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue
                 issues.append(Issue(f"{where}.{key}", one_of(value, ACTIVATIONS)))
             elif name != "activation_fn" and (problem := class_name_problem(name, value)):
                 issues.append(Issue(f"{where}.{key}", problem))
-    from sweeps.algos import SCHEDULED
-
     for key in SCHEDULED:
         values = [("hyperparams", fixed[key])] if key in fixed else []
         if key in dims and dims[key].kind == "choice":

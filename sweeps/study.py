@@ -15,6 +15,7 @@ from typing import Any
 
 from stability import keys
 from sweeps.errors import UsageError
+from sweeps.results import record
 from sweeps.spec import SweepSpec
 
 # Keys that may change between runs of the same sweep without making it a different sweep.
@@ -91,19 +92,17 @@ def counted(study: Any) -> list[Any]:
     return [
         t
         for t in study.get_trials(deepcopy=False, states=done)
-        if t.user_attrs.get(keys.OUTCOME) != "interrupted" and keys.REPAIR_OF not in t.user_attrs
+        if (r := record(t)).outcome != "interrupted" and r.repair_of is None
     ]
+
+
+FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 
 
 def outcomes(study: Any) -> dict[int, dict[str, Any]]:
     """Per finished trial what MLflow must agree with: outcome, objective, per-seed returns, error."""
     out = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished() and keys.REPAIR_OF not in t.user_attrs:  # repairs have runs of their own
-            out[t.number] = {
-                "outcome": t.user_attrs.get(keys.OUTCOME, t.state.name.lower()),
-                "value": t.value,
-                "returns": t.user_attrs.get(keys.RETURNS, {}),
-                "error": t.user_attrs.get(keys.ERROR, ""),
-            }
+    for r in map(record, study.get_trials(deepcopy=False)):
+        if r.state in FINISHED and r.repair_of is None:  # repairs have runs of their own
+            out[r.number] = {"outcome": r.outcome, "value": r.value, "returns": r.returns, "error": r.error}
     return out

@@ -143,7 +143,7 @@ class MlflowTracker:
     def reconcile(self, outcomes: dict[int, dict[str, Any]]) -> int:
         """Close runs left RUNNING by a driver that died, as the Optuna study (the record of truth) says.
 
-        ``outcomes``: trial number -> {"outcome", "value", "returns" {seed: return}, "error"}. A trial
+        ``outcomes``: trial number -> {"outcome", "value", "returns" {seed (int): return}, "error"}. A trial
         the study finished gets its runs FINISHED/FAILED with its results; any other is KILLED (its
         config is rerun as a new trial). Returns how many runs were closed.
         """
@@ -159,7 +159,7 @@ class MlflowTracker:
             outcome, seed = known.get("outcome", "interrupted"), tags.get(keys.SEED)
             metrics: list[Metric] = []
             if outcome in ("complete", "crashed", "unstable") and seed is not None:
-                value = known.get("returns", {}).get(seed)
+                value = known.get("returns", {}).get(int(seed))
                 if value is not None:
                     metrics.append(Metric("eval/mean_return", float(value), now, 0))
                     outcome, status = "complete", "FINISHED"

@@ -22,6 +22,19 @@ def test_record_keys_have_one_home():
     assert found == []
 
 
+def test_trial_attributes_have_one_reader():
+    """An Optuna trial's rlsweep attributes are read in sweeps.results.record and nowhere else
+    (the driver writes them; the study's own fingerprint attribute is not a trial's)."""
+    read = re.compile(r"\.user_attrs\b")
+    found = []
+    for path in (REPO / "sweeps").rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if read.search(line) and "study.user_attrs" not in line:
+                found.append(f"{path.relative_to(REPO)}:{n}")
+    assert [f for f in found if not f.startswith("sweeps/results.py")] == []
+    assert len(found) == 1  # record() itself
+
+
 def test_verdict_names_come_from_the_detector_registry():
     from stability import VERDICTS
     from stability.detectors import DETECTORS

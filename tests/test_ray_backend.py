@@ -127,13 +127,13 @@ def logical_gpu_ray():
 def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logical_gpu_ray) -> None:
     """Four trials at gpu 0.25 run at once, each told CUDA_VISIBLE_DEVICES, and each trains on
     the CPU because torch finds no CUDA here."""
-    from sweeps import driver
+    from sweeps import configs
     from sweeps import spec as spec_module
     from sweeps.backends._ray import RayBackend, RaySettings
     from sweeps.errors import UsageError
 
     spec = spec_module.from_dict(tiny_spec("shares", total_timesteps=4096))
-    jobs = driver.trial_configs(spec, 0, {"learning_rate": 1e-3}, [0, 1, 2, 3], driver.stability_settings(spec))[1]
+    jobs = configs.trial_configs(spec, 0, {"learning_rate": 1e-3}, [0, 1, 2, 3], configs.stability_settings(spec))[1]
     for cpu, gpu in ((1, 2), (4, 0.25)):
         with pytest.raises(UsageError, match="no node of the Ray cluster"):
             RayBackend(RaySettings(cpu=cpu, gpu=gpu))
@@ -157,12 +157,12 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
             assert payload["cuda_visible_devices"] == "0" and payload["gpu_ids"] == ["0"]
             assert payload["device"] == "cpu"
         # a cancelled job (its trial was proved doomed by a sibling) is stopped by Tune
-        long_job = driver.trial_configs(
+        long_job = configs.trial_configs(
             spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)),
             1,
             {"learning_rate": 1e-3},
             [0],
-            driver.stability_settings(spec),
+            configs.stability_settings(spec),
         )[1][0]
         backend.submit(long_job)
         ended, asked = None, None

@@ -322,7 +322,7 @@ def test_optimizer_class_by_name_builds_the_model(write_spec, cli):
 def test_spec_override_keys_reach_the_callback():
     import tempfile
 
-    from sweeps.driver import stability_settings
+    from sweeps.configs import stability_settings
     from sweeps.spec import load as load_spec
     from sweeps.trial import _stability_callback
 

@@ -44,15 +44,15 @@ def whole_command(kind: str) -> float:
 
 
 def job_overheads(kind: str, n_jobs: int = 12) -> dict:
-    from sweeps import backends, driver
+    from sweeps import backends, configs
     from sweeps import spec as spec_module
     from sweeps.spec import BackendSpec
 
     spec = spec_module.from_dict(spec_module.load(SPEC).model_dump(mode="json") | {"total_timesteps": 4096})
     jobs = []
     for number in range(n_jobs):
-        jobs += driver.trial_configs(
-            spec, number, {"learning_rate": 1e-3, "gamma": 0.99}, [0], driver.stability_settings(spec)
+        jobs += configs.trial_configs(
+            spec, number, {"learning_rate": 1e-3, "gamma": 0.99}, [0], configs.stability_settings(spec)
         )[1]
     folder = Path(tempfile.mkdtemp(prefix="rlsweep-bench-ray-"))
     made = time.perf_counter()
