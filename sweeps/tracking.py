@@ -212,8 +212,23 @@ class BackgroundTracker:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup")
-        self._future = self._pool.submit(MlflowTracker, *args)
+        self._future = self._pool.submit(_build_tracker, *args)
         self._pool.shutdown(wait=False)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._future.result(), name)
+
+
+def _build_tracker(*args: Any) -> MlflowTracker:
+    """MlflowTracker(*args), built off the main thread. When the main thread imports something
+    that imports MLflow at the same moment, this thread can meet a partially initialised
+    ``mlflow`` package (MLflow's own modules import each other in a cycle) and fail with an
+    ImportError that a moment later would not happen: retried a few times, then raised."""
+    for attempt in range(5):
+        try:
+            return MlflowTracker(*args)
+        except ImportError as exc:
+            if "partially initialized" not in str(exc) or attempt == 4:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
