@@ -190,25 +190,31 @@ def split_runs(client: Any, experiment_id: str) -> tuple[list, list]:
     return [r for r in runs if "rlsweep.seed" not in r.data.tags], [r for r in runs if "rlsweep.seed" in r.data.tags]
 
 
-def study_states(db: Path) -> list[str]:
+def study_states(db: Path, sampled: bool = False) -> list[str]:
     """Trial states of a study file, oldest trial first, read-only: opening it through Optuna could create the schema
-    while the driver is creating it on a fresh SQLite file."""
+    while the driver is creating it on a fresh SQLite file. With ``sampled``, a RUNNING trial whose params are not
+    set yet (asked, not yet sampled: no job of it exists) reads "ASKED"."""
     import sqlite3
 
     if not db.exists():
         return []
+    query = (
+        "SELECT t.state, (SELECT COUNT(*) FROM trial_params p WHERE p.trial_id = t.trial_id) FROM trials t "
+        "ORDER BY t.trial_id"
+    )
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            return [row[0] for row in con.execute("SELECT state FROM trials ORDER BY trial_id")]
+            rows = list(con.execute(query))
     except sqlite3.Error:
         return []
+    return ["ASKED" if sampled and state == "RUNNING" and not params else state for state, params in rows]
 
 
-def wait_for_states(db: Path, ready: Any, timeout: float = 240) -> list[str]:
+def wait_for_states(db: Path, ready: Any, timeout: float = 240, sampled: bool = False) -> list[str]:
     """Poll the study's trial states until ``ready(states)`` holds (or the time is up)."""
     deadline = time.monotonic() + timeout
-    states = study_states(db)
+    states = study_states(db, sampled)
     while not ready(states) and time.monotonic() < deadline:
         time.sleep(0.1)
-        states = study_states(db)
+        states = study_states(db, sampled)
     return states

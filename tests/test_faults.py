@@ -37,7 +37,7 @@ def _subreaper() -> None:
 
 
 def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
-    """Start ``rlsweep run``, SIGKILL the driver once a trial is done and the next is running,
+    """Start ``rlsweep run``, SIGKILL the driver once a trial is done and the next is running (sampled),
     and return the numbers of the trials that had finished. Asserts nothing of it survives."""
     name = yaml.safe_load((cwd / spec).read_text())["name"]
     ours = set(descendants())  # this test process's own helpers (e.g. multiprocessing's resource tracker)
@@ -49,7 +49,9 @@ def kill_driver_mid_sweep(cwd: Path, spec: str, *args: str) -> set[int]:
         stderr=subprocess.DEVNULL,
     )
     db = cwd / "results" / name / "optuna.db"
-    states = wait_for_states(db, lambda s: "COMPLETE" in s and "RUNNING" in s)
+    # a RUNNING trial with its params sampled: its seed is running (one asked but not yet sampled has
+    # no config to rerun, and killing the driver then loses nothing)
+    states = wait_for_states(db, lambda s: "COMPLETE" in s and "RUNNING" in s, sampled=True)
     assert "COMPLETE" in states and "RUNNING" in states, states
     below = descendants(proc.pid)
     assert below  # workers (local) or the Ray instance and its workers (ray)
