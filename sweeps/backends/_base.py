@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -57,6 +59,17 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# What a worker runs for each job: ``module:function`` taking (TrialConfig, reporter) and returning
+# an object with ``to_dict()``. Always this in a sweep; the backend conformance tests inject a
+# trivial job through the same seam.
+JOB = "sweeps.trial:run"
+
+
+def load_job(entry: str) -> Callable[..., Any]:
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def failure(exc: BaseException, tb: str) -> dict[str, str]:

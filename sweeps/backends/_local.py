@@ -16,7 +16,7 @@ import signal
 import traceback
 from typing import Any
 
-from sweeps.backends._base import Backend, Event, failure
+from sweeps.backends._base import JOB, Backend, Event, failure, load_job
 from sweeps.trial import TrialConfig
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -48,14 +48,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...], cancelled: Any) -> None:
+def _worker_main(
+    name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...], cancelled: Any, job: str = JOB
+) -> None:
     _die_with_parent()
     driver = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for var in _THREAD_VARS:
         os.environ[var] = "1"
-    from sweeps import trial
-
+    run = load_job(job)
     for module in warm_imports:  # paid now, while the driver prepares its stores
         importlib.import_module(module)
     while True:
@@ -69,7 +70,7 @@ def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, .
             return
         results.put(("started", config.key, {"worker": name, "pid": os.getpid()}))
         try:
-            result = trial.run(config, _QueueReporter(results, config.key, cancelled))
+            result = run(config, _QueueReporter(results, config.key, cancelled))
         except Cancelled:
             results.put(("cancelled", config.key, {}))
         except BaseException as exc:  # a trial may raise anything; the sweep goes on
@@ -81,7 +82,7 @@ def _worker_main(name: str, tasks: Any, results: Any, warm_imports: tuple[str, .
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, workers: int, warm_imports: tuple[str, ...] = ()) -> None:
+    def __init__(self, workers: int, warm_imports: tuple[str, ...] = (), job: str = JOB) -> None:
         if workers < 1:
             raise ValueError(f"`workers >= 1` must hold, but got workers={workers}")
         self.capacity = workers
@@ -90,6 +91,7 @@ class LocalBackend(Backend):
         self._workers: list[dict[str, Any]] = []
         self._serial = 0
         self._warm = tuple(warm_imports)
+        self._job = job
         for _ in range(workers):
             self._workers.append(self._spawn())
 
@@ -99,7 +101,10 @@ class LocalBackend(Backend):
         tasks = self._ctx.Queue()
         cancelled = self._ctx.Array("q", [-1, -1], lock=False)  # the (trial, seed) the driver cancelled
         proc = self._ctx.Process(
-            target=_worker_main, args=(name, tasks, self._results, self._warm, cancelled), name=name, daemon=True
+            target=_worker_main,
+            args=(name, tasks, self._results, self._warm, cancelled, self._job),
+            name=name,
+            daemon=True,
         )
         proc.start()
         return {"name": name, "proc": proc, "tasks": tasks, "job": None, "cancelled": cancelled, "reason": ""}

@@ -34,7 +34,7 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
-from sweeps.backends._base import Backend, Event, failure
+from sweeps.backends._base import JOB, Backend, Event, failure, load_job
 from sweeps.backends._reaper import Reaper
 from sweeps.errors import UsageError
 from sweeps.trial import TrialConfig
@@ -51,6 +51,7 @@ class _Channel:
     tune_ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # Tune trial id -> job key
     cancelled: dict[tuple[int, int], str] = field(default_factory=dict)  # job key -> reason
     ended: set[tuple[int, int]] = field(default_factory=set)
+    job: str = JOB  # what a worker runs for each job
 
 
 # Tune pickles its searcher, callbacks and stopper into the experiment state; they hold only the
@@ -79,7 +80,7 @@ class Feed(Searcher):
                 continue
             channel.tune_ids[trial_id] = job.key
             channel.ended.discard(job.key)  # a retry of a job whose worker died starts afresh
-            return {"job": job}
+            return {"job": job, "entry": channel.job}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         pass
@@ -173,6 +174,7 @@ def run_job(tune_config: dict[str, Any]) -> None:
     """The Tune trainable: one seed job, on whatever CPU and GPU share Tune placed it."""
     from sweeps import trial
 
+    run = load_job(tune_config.get("entry", JOB))
     job: TrialConfig = tune_config["job"]
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
     gpu_ids = ray.get_gpu_ids()
@@ -192,7 +194,7 @@ def run_job(tune_config: dict[str, Any]) -> None:
         now=True,
     )
     try:
-        result = trial.run(job, reporter).to_dict()
+        result = run(job, reporter).to_dict()
     except (Exception, KeyboardInterrupt) as exc:  # a trial may raise anything; the sweep goes on
         reporter.send("failed", failure(exc, traceback.format_exc()), now=True)
         return
@@ -217,6 +219,7 @@ class RaySettings:
     gpu: float = 0.0
     max_concurrent: int | None = None
     storage: Path | None = None  # Tune's experiment folder (results/NAME/ray)
+    job: str = JOB  # what a worker runs (see sweeps.backends._base.JOB)
 
 
 class RayBackend(Backend):
@@ -299,7 +302,7 @@ class RayBackend(Backend):
 
     def _start_tune(self) -> None:
         self._id = uuid.uuid4().hex
-        self._channel = _CHANNELS[self._id] = _Channel()
+        self._channel = _CHANNELS[self._id] = _Channel(job=self.settings.job)
         s = self.settings
         resources = {"cpu": s.cpu} | ({"gpu": s.gpu} if s.gpu else {})
         storage = (s.storage or Path("results") / "ray").resolve()

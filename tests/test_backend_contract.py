@@ -1,0 +1,128 @@
+"""The backend contract, run by every backend through one parametrised fixture (as Optuna tests
+its storages): each backend really started (worker processes; a local Ray instance), running the
+trivial jobs of tests/backend_jobs.py instead of trainings."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from itertools import count
+from typing import Any
+
+import pytest
+
+from sweeps.backends import Backend, Event
+from tests.backend_jobs import config
+
+JOB = "tests.backend_jobs:job"
+TERMINAL = ("finished", "failed", "cancelled")
+_trials = count(1)
+
+
+def _make(kind: str) -> Backend:
+    if kind == "local":
+        from sweeps.backends._local import LocalBackend
+
+        return LocalBackend(2, job=JOB)
+    pytest.importorskip("ray")
+    from sweeps.backends._ray import RayBackend, RaySettings
+
+    return RayBackend(RaySettings(cpu=1.0, job=JOB), limit=2)
+
+
+@pytest.fixture(scope="module", params=["local", "ray"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    be = _make(request.param)
+    yield be
+    be.close()
+
+
+def _until_ended(be: Backend, keys: set[tuple[int, int]], timeout: float = 120) -> dict[tuple[int, int], list[Event]]:
+    """Every event of ``keys`` until each has ended, and for a moment after (to see any extra)."""
+    events: dict[tuple[int, int], list[Event]] = {k: [] for k in keys}
+    deadline, quiet_until = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        for e in be.poll(0.2):
+            if e.key in events:
+                events[e.key].append(e)
+        ended = all(any(e.kind in TERMINAL for e in evs) for evs in events.values())
+        if ended and quiet_until is None:
+            quiet_until = time.monotonic() + 2.0
+        if quiet_until is not None and time.monotonic() > quiet_until:
+            return events
+    raise AssertionError(f"jobs did not end in {timeout} s: {events}")
+
+
+def _kinds(events: list[Event]) -> list[str]:
+    return [e.kind for e in events]
+
+
+def test_events_come_in_order_started_metrics_finished(backend: Backend) -> None:
+    job = config(next(_trials), updates=3)
+    backend.submit(job)
+    events = _until_ended(backend, {job.key})[job.key]
+    kinds = _kinds(events)
+    assert kinds[0] == "started" and kinds[-1] == "finished" and kinds.count("finished") == 1, kinds
+    assert set(kinds[1:-1]) == {"metrics"}
+    steps = [e.payload[0] for e in events if e.kind == "metrics"]
+    assert steps == sorted(steps) and steps[-1] == 3  # each report arrives, in order, before the end
+    assert events[-1].payload["mean_return"] == 3.0
+
+
+def test_a_job_that_raises_fails_with_its_error(backend: Backend) -> None:
+    job = config(next(_trials), updates=1, end="raise")
+    backend.submit(job)
+    events = _until_ended(backend, {job.key})[job.key]
+    assert _kinds(events).count("failed") == 1 and events[-1].kind == "failed"
+    payload: dict[str, Any] = events[-1].payload
+    assert payload["type"] == "ValueError" and "raised on purpose" in payload["message"]
+    assert "ValueError" in payload["traceback"]
+
+
+def test_a_killed_worker_is_worker_died_and_the_backend_goes_on(backend: Backend) -> None:
+    job = config(next(_trials), updates=1, end="exit")
+    backend.submit(job)
+    events = _until_ended(backend, {job.key})[job.key]
+    assert [e.kind for e in events if e.kind in TERMINAL] == ["failed"]
+    assert events[-1].payload["type"] == "WorkerDied"
+    after = config(next(_trials), updates=1)
+    backend.submit(after)
+    assert _kinds(_until_ended(backend, {after.key})[after.key])[-1] == "finished"
+
+
+def test_cancelling_a_running_and_a_just_submitted_job_ends_each_once_with_the_reason(backend: Backend) -> None:
+    running = config(next(_trials), updates=2000, sleep=0.02)  # ~40 s unless stopped
+    backend.submit(running)
+    deadline = time.monotonic() + 120
+    seen: list[Event] = []
+    while not any(e.kind == "metrics" for e in seen) and time.monotonic() < deadline:
+        seen += [e for e in backend.poll(0.2) if e.key == running.key]
+    assert any(e.kind == "metrics" for e in seen), seen
+    queued = config(next(_trials), updates=2000, sleep=0.02)
+    backend.submit(queued)
+    started = time.monotonic()
+    backend.cancel([running.key, queued.key], "doomed by a sibling seed")
+    events = _until_ended(backend, {running.key, queued.key})
+    assert time.monotonic() - started < 30  # stopped, not run to the end
+    for key, evs in events.items():
+        terminal = [e for e in evs if e.kind in TERMINAL]
+        assert [e.kind for e in terminal] == ["cancelled"], (key, _kinds(evs))
+        assert terminal[0].payload["reason"] == "doomed by a sibling seed"
+
+
+def test_poll_waits_at_most_its_timeout(backend: Backend) -> None:
+    started = time.monotonic()
+    assert backend.poll(0.3) == []
+    assert 0.25 <= time.monotonic() - started < 3
+    started = time.monotonic()
+    assert backend.poll(0) == [] and time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("kind", ["local", "ray"])
+def test_close_is_idempotent(kind: str) -> None:
+    be = _make(kind)
+    job = config(next(_trials), updates=2000, sleep=0.02)
+    be.submit(job)  # a running job is abandoned
+    be.poll(1.0)
+    be.close()
+    be.close()
