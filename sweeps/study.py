@@ -96,13 +96,10 @@ def counted(study: Any) -> list[Any]:
     ]
 
 
-FINISHED = ("COMPLETE", "PRUNED", "FAIL")
-
-
 def outcomes(study: Any) -> dict[int, dict[str, Any]]:
     """Per finished trial what MLflow must agree with: outcome, objective, per-seed returns, error."""
     out = {}
-    for r in map(record, study.get_trials(deepcopy=False)):
-        if r.state in FINISHED and r.repair_of is None:  # repairs have runs of their own
+    for t in study.get_trials(deepcopy=False):
+        if t.state.is_finished() and (r := record(t)).repair_of is None:  # repairs have runs of their own
             out[r.number] = {"outcome": r.outcome, "value": r.value, "returns": r.returns, "error": r.error}
     return out

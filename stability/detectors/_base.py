@@ -72,6 +72,12 @@ def rel_change(values: list[float]) -> float:
     return (max(finite) - min(finite)) / scale
 
 
+def is_continuous(history: History) -> bool:
+    """A Gaussian policy: as the run's context says, else from whether a std was logged."""
+    continuous = history.context.get("continuous")
+    return history.has("std") if continuous is None else bool(continuous)
+
+
 def determinism_limit(
     history: History, entropy_fraction: float, std_max: float, entropy_drop: float
 ) -> tuple[str, float] | None:
@@ -84,9 +90,7 @@ def determinism_limit(
       is near uniform), floored at ln 2, the least any discrete space of two or more actions has: a
       policy whose logits start saturated logs a tiny first entropy.
     """
-    continuous = history.context.get("continuous")
-    if continuous is None:
-        continuous = history.has("std")
+    continuous = is_continuous(history)
     if continuous and history.has("std"):
         return "std", std_max
     entropies = history.values("entropy")

@@ -22,7 +22,16 @@ import math
 from typing import Any
 
 from stability import advice
-from stability.detectors._base import Detector, median, progress, rel_change, returns_rose, streak_start, window_size
+from stability.detectors._base import (
+    Detector,
+    is_continuous,
+    median,
+    progress,
+    rel_change,
+    returns_rose,
+    streak_start,
+    window_size,
+)
 from stability.findings import Finding
 from stability.signals import History
 
@@ -57,9 +66,7 @@ class DeadPolicyGradient(Detector):
             starved = _actor_starved(history, w, t, evidence)
             # A discrete policy whose entropy never left its first value (a Gaussian's entropy
             # only measures its std, so this says nothing of its mean): as in PPO's case.
-            continuous = history.context.get("continuous")
-            discrete = continuous is False or (continuous is None and not history.has("std"))
-            still = discrete and _never_moved(history, t, evidence)
+            still = not is_continuous(history) and _never_moved(history, t, evidence)
             dead = bool(frozen_entropy) and frozen_std is not False and (starved or still)
             onset = n - w
         if not dead or returns_rose(history, w, at_best=True):  # converged by learning: not dead

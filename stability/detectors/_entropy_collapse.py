@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from stability import advice
-from stability.detectors._base import Detector, determinism_limit, median, progress, window_size
+from stability.detectors._base import Detector, determinism_limit, is_continuous, median, progress, window_size
 from stability.findings import Finding
 from stability.signals import History
 
@@ -36,9 +36,7 @@ class EntropyCollapse(Detector):
         if not final and (done is None or done < t["min_progress"]):
             return None
         w = window_size(history, t)
-        continuous = history.context.get("continuous")
-        if continuous is None:
-            continuous = history.has("std")
+        continuous = is_continuous(history)
         collapsed = self._collapsed_from(history, t)
         if collapsed is None:
             return None

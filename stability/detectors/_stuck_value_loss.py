@@ -84,11 +84,11 @@ class StuckValueLoss(Detector):
             # (it can track their variation around a badly wrong level) and however far the loss
             # fell (with its targets: a shrinking reward, a policy that stopped moving), the critic
             # has not learnt the returns. Healthy critics of the corpus stay under 0.15.
-            if relative >= t["relative_alone"]:
-                pass
-            elif ev > t["ev_max"] or fell or relative < t["relative_floor"]:
-                if not (never_fit and relative >= t["relative_never_fit"]):
-                    return None
+            alone = relative >= t["relative_alone"]
+            usual = ev <= t["ev_max"] and not fell and relative >= t["relative_floor"]
+            late = never_fit and relative >= t["relative_never_fit"]
+            if not (alone or usual or late):
+                return None
         elif ev > t["ev_max"]:
             return None
         else:
