@@ -13,6 +13,7 @@ import pytest
 
 from sweeps.backends import Backend, Event
 from tests.backend_jobs import config
+from tests.helpers import descendants
 
 JOB = "tests.backend_jobs:job"
 TERMINAL = ("finished", "failed", "cancelled")
@@ -119,10 +120,19 @@ def test_poll_waits_at_most_its_timeout(backend: Backend) -> None:
 
 
 @pytest.mark.parametrize("kind", ["local", "ray"])
-def test_close_is_idempotent(kind: str) -> None:
+def test_close_is_idempotent_and_abandons_a_running_job(kind: str) -> None:
     be = _make(kind)
     job = config(next(_trials), updates=2000, sleep=0.02)
-    be.submit(job)  # a running job is abandoned
-    be.poll(1.0)
+    be.submit(job)
+    deadline, started = time.monotonic() + 120, []
+    while not started and time.monotonic() < deadline:
+        started = [e for e in be.poll(0.2) if e.key == job.key and e.kind == "started"]
+    assert started, "the job never started"
     be.close()
     be.close()
+    if kind == "local":  # its worker processes are ours: the one running the job is gone
+        pid = started[0].payload["pid"]
+        deadline = time.monotonic() + 10
+        while pid in descendants() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pid not in descendants()
