@@ -25,12 +25,12 @@ from stability.verdict import rank
 from sweeps import repair as rp
 from sweeps import space as sp
 from sweeps import study as st
-from sweeps.backends import Backend, Event
+from sweeps.backends import Backend, Cancelled, Event, Failure, Metrics, Pool, Retried, Started
 from sweeps.configs import stability_settings, trial_configs
 from sweeps.results import record
 from sweeps.spec import SweepSpec
 from sweeps.tracking import BackgroundTracker, MlflowTracker
-from sweeps.trial import TrialConfig
+from sweeps.trial import TrialResult
 
 _AGGREGATE: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.fmean,
@@ -50,7 +50,7 @@ class ActiveTrial:
     workers: dict[int, str] = field(default_factory=dict)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
-    errors: dict[int, dict[str, str]] = field(default_factory=dict)
+    errors: dict[int, Failure] = field(default_factory=dict)
     verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seed -> Verdict.to_dict()
     unstable: dict[int, str] = field(default_factory=dict)  # seed -> class that ended it
     skipped: set[int] = field(default_factory=set)  # never run: the trial was doomed
@@ -106,12 +106,10 @@ class Driver:
         self.distributions = sp.to_optuna(self.dims)
         self.on_change = on_change or (lambda progress: None)
         self.active: dict[int, ActiveTrial] = {}
-        self.jobs: deque[TrialConfig] = deque()
-        self.in_flight: set[tuple[int, int]] = set()
+        self.pool = Pool(backend, spec.backend.max_failures)
         self._mlflow: deque[Callable[[], object]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
         self._stability = stability_settings(spec)
-        self.attempts: dict[tuple[int, int], list[str]] = {}  # job -> why its earlier attempts failed
         self.logged_step: dict[tuple[int, int], int] = {}  # job -> last step sent to MLflow
         self.retry_floor: dict[tuple[int, int], int] = {}  # retried job -> steps up to here are logged
         # Repairs: by ``stability.repair.auto`` (bounded by the sweep's own size) or ``rlsweep repair``.
@@ -149,7 +147,7 @@ class Driver:
         try:
             while self._fill() or self.active:
                 self._write_mlflow()
-                for event in self.backend.poll(timeout=0.25):
+                for event in self.pool.poll(timeout=0.25):
                     self._handle(event)
                 self.tracker.flush_if_due()
                 self.on_change(p)
@@ -165,32 +163,29 @@ class Driver:
 
     def _fill(self) -> bool:
         """Submit jobs while slots are free; open a new trial only when one is needed now."""
-        while len(self.in_flight) < self.backend.capacity:
-            if not self.jobs:
-                opened = sum(a.plan is None for a in self.active.values())
-                if not self.open_trials or self.progress.done + opened >= self.progress.target:
-                    break
-                self._open_trial()
-            config = self.jobs.popleft()
-            self.backend.submit(config)
-            self.in_flight.add(config.key)
+        self.pool.fill(self._open_trial)
         self.progress.running = sum(a.plan is None for a in self.active.values())
         self.progress.repairing = len(self.active) - self.progress.running
-        return bool(self.jobs) or bool(self.in_flight)
+        return self.pool.busy
 
     def _write_mlflow(self) -> None:
         while self._mlflow:
             self._mlflow.popleft()()
 
-    def _open_trial(self) -> None:
+    def _open_trial(self) -> bool:
+        """Ask Optuna for the next trial and queue its seeds, unless the target is reached."""
+        opened = sum(a.plan is None for a in self.active.values())
+        if not self.open_trials or self.progress.done + opened >= self.progress.target:
+            return False
         trial = self.study.ask(self.distributions)
         params = sp.decode(self.dims, trial.params)
         trial.set_user_attr(keys.PARAMS, _jsonable(params))
         active = ActiveTrial(trial.number, trial, params, self.spec.seed_list)
         self.active[trial.number] = active
         active.logged, configs = trial_configs(self.spec, trial.number, params, active.seeds, self._stability)
-        self.jobs.extend(configs)
+        self.pool.add(configs)
         self._mlflow.append(lambda: self._start_runs(active))
+        return True
 
     def _start_runs(self, active: ActiveTrial) -> None:
         resolved = self.spec.resolved() | {"trial": active.number, "params": _jsonable(active.params)}
@@ -199,100 +194,68 @@ class Driver:
             active.child_runs[seed] = self.tracker.start_seed(active.number, seed, active.parent_run, active.logged)
 
     # --- events ---------------------------------------------------------------------------
-    def _handle(self, event: Event) -> None:
+    def _handle(self, event: Event | Retried) -> None:
         trial_number, seed = event.key
         active = self.active.get(trial_number)
         if active is None:
             return
-        if event.kind == "metrics":
-            step, values = event.payload
-            if step > self.retry_floor.get(event.key, -1):  # a retry repeats steps its first attempt logged
-                self.logged_step[event.key] = max(step, self.logged_step.get(event.key, -1))
-                self.tracker.log_metrics(active.child_runs[seed], step, values)
+        if isinstance(event, Retried):  # its worker died; it runs again, and repeats steps already logged
+            self.retry_floor[event.key] = self.logged_step.get(event.key, -1)
+            self.progress.retried += 1
             return
-        if event.kind == "started":
-            active.workers[seed] = str(event.payload.get("worker"))
+        payload = event.payload
+        if isinstance(payload, Metrics):
+            if payload.step > self.retry_floor.get(event.key, -1):
+                self.logged_step[event.key] = max(payload.step, self.logged_step.get(event.key, -1))
+                self.tracker.log_metrics(active.child_runs[seed], payload.step, payload.values)
             return
-        self.in_flight.discard(event.key)
+        if isinstance(payload, Started):
+            active.workers[seed] = payload.worker
+            return
         run_id = active.child_runs[seed]
-        if event.kind == "failed" and self._retry(active, event):
-            return
         self.progress.jobs_done += 1
-        if event.kind == "finished":
-            self._seed_finished(active, seed, run_id, event.payload)
-        elif event.kind == "cancelled":
+        tags = self._attempt_tags(event.key)
+        if isinstance(payload, TrialResult):
+            self._seed_finished(active, seed, run_id, payload)
+        elif isinstance(payload, Cancelled):
             active.skipped.add(seed)
-            self._mlflow.append(
-                lambda: self.tracker.end_run(
-                    run_id,
-                    "KILLED",
-                    tags={keys.OUTCOME: "skipped", keys.CANCELLED: event.payload["reason"]}
-                    | self._attempt_tags(event.key),
-                )
-            )
-        elif event.kind == "failed":
-            error = event.payload
-            active.errors[seed] = error
-            self._mlflow.append(
-                lambda: self.tracker.end_run(
-                    run_id,
-                    "FAILED",
-                    tags={
-                        keys.OUTCOME: "crashed",
-                        keys.WORKER: active.workers.get(seed, ""),
-                        keys.ERROR: f"{error['type']}: {error['message']}",
-                    }
-                    | self._attempt_tags(event.key),
-                    texts={"error.txt": error.get("traceback") or error["message"]},
-                )
-            )
+            tags |= {keys.OUTCOME: "skipped", keys.CANCELLED: payload.reason}
+            self._mlflow.append(lambda: self.tracker.end_run(run_id, "KILLED", tags=tags))
+        else:
+            active.errors[seed] = payload
+            tags |= {
+                keys.OUTCOME: "crashed",
+                keys.WORKER: active.workers.get(seed, ""),
+                keys.ERROR: f"{payload.type}: {payload.message}",
+            }
+            texts = {"error.txt": payload.traceback or payload.message}
+            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FAILED", tags=tags, texts=texts))
         if active.finished:
             self._close_trial(active)
 
-    def _retry(self, active: ActiveTrial, event: Event) -> bool:
-        """A job whose worker died (killed, out of memory, node lost) runs again, up to
-        ``backend.max_failures`` times; an exception raised by the trial itself is not retried:
-        the same config and seed would raise it again."""
-        tries = self.attempts.setdefault(event.key, [])
-        if event.payload.get("type") != "WorkerDied" or len(tries) >= self.spec.backend.max_failures:
-            return False
-        tries.append(event.payload["message"])
-        self.retry_floor[event.key] = self.logged_step.get(event.key, -1)
-        _, (config,) = trial_configs(
-            self.spec,
-            active.number,
-            active.params,
-            [event.key[1]],
-            self._stability,
-            patch=active.attempt.patch if active.attempt else None,
-        )
-        self.jobs.appendleft(config)
-        self.progress.retried += 1
-        return True
-
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
-        tries = self.attempts.get(key)
+        tries = self.pool.tries.get(key)
         return {keys.ATTEMPTS: str(len(tries) + 1), keys.RETRIED_AFTER: " | ".join(tries)[:5000]} if tries else {}
 
-    def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: dict[str, Any]) -> None:
-        verdict = result.get("verdict") or {"verdict": "healthy", "onset_step": None, "findings": []}
+    def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: TrialResult) -> None:
+        verdict = result.verdict or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
         tags = {
             keys.WORKER: active.workers.get(seed, ""),
             **_verdict_tags(verdict),
-            keys.STABILITY_CONTEXT: json.dumps(result.get("context") or {}, default=str),
-            **{f"rlsweep.{k}": str(v) for k, v in (result.get("extra") or {}).items()},
+            keys.STABILITY_CONTEXT: json.dumps(result.context, default=str),
+            **{f"rlsweep.{k}": str(v) for k, v in result.extra.items()},
             **self._attempt_tags((active.number, seed)),
         }
-        files = {"stability/signals.png": result["plot_png"]} if result.get("plot_png") else None
+        files = {"stability/signals.png": result.plot_png} if result.plot_png else None
         texts = {"stability/verdict.json": json.dumps(verdict, indent=2)}
-        metrics = {"time/train_seconds": result["train_seconds"], "time/eval_seconds": result["eval_seconds"]}
-        if result.get("stopped_by"):
+        metrics = {"time/train_seconds": result.train_seconds, "time/eval_seconds": result.eval_seconds}
+        if result.stopped_by:
             # the seed's verdict names the failure; stopped_by only says which stop_on class ended it
             active.unstable[seed] = (
-                verdict["verdict"] if verdict.get("verdict", "healthy") != "healthy" else result["stopped_by"]
+                verdict["verdict"] if verdict.get("verdict", "healthy") != "healthy" else result.stopped_by
             )
-            tags |= {keys.OUTCOME: "unstable", keys.STABILITY_STOPPED_BY: result["stopped_by"]}
+            tags |= {keys.OUTCOME: "unstable", keys.STABILITY_STOPPED_BY: result.stopped_by}
             crash = next(
                 (f["evidence"]["error"] for f in verdict.get("findings", []) if "error" in f["evidence"]), None
             )
@@ -303,8 +266,8 @@ class Driver:
                 lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags, texts=texts, files=files)
             )
             return
-        active.returns[seed] = result["mean_return"]
-        metrics |= {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]}
+        active.returns[seed] = result.mean_return
+        metrics |= {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
         tags[keys.OUTCOME] = "complete"
         self._mlflow.append(
             lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
@@ -314,13 +277,11 @@ class Driver:
         """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run, and
         with ``stability.stop_siblings`` those already running are stopped (Ray: by a Tune stopper;
         local: by their worker at the next update)."""
-        running = [k for k in self.in_flight if k[0] == active.number]
+        running = self.pool.running(active.number)
         if running and self.spec.stability.stop_siblings:
             seeds = ", ".join(str(s) for s in active.unstable)
             self.backend.cancel(running, f"seed {seeds} of this trial was found {next(iter(active.unstable.values()))}")
-        queued = [c for c in self.jobs if c.trial == active.number]
-        for config in queued:
-            self.jobs.remove(config)
+        for config in self.pool.unqueue(active.number):
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
             self._mlflow.append(
@@ -353,7 +314,7 @@ class Driver:
         }
         if active.errors:
             seed, error = next(iter(active.errors.items()))
-            message = f"seed {seed}: {error['type']}: {error['message']}"
+            message = f"seed {seed}: {error.type}: {error.message}"
             trial.set_user_attr(keys.OUTCOME, "crashed")
             trial.set_user_attr(keys.ERROR, message[:1000])
             self.study.tell(trial, state=TrialState.FAIL)
@@ -474,7 +435,7 @@ class Driver:
         active = ActiveTrial(key, None, plan.params, seeds, plan=plan, attempt=attempt, confirming=confirm is not None)
         self.active[key] = active
         active.logged, configs = trial_configs(self.spec, key, plan.params, seeds, self._stability, patch=attempt.patch)
-        self.jobs.extend(configs)
+        self.pool.add(configs)
         self.progress.jobs_total += len(configs)
         self._mlflow.append(lambda: self._start_repair_runs(active))
 

@@ -21,12 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweeps import algos, knobs, schedules
+from sweeps import algos, backends, knobs, schedules
 from sweeps.configs import stability_settings, trial_configs
 from sweeps.errors import UsageError
 from sweeps.ranges import safe_ranges
 from sweeps.repair import fresh_seeds
 from sweeps.results import FEW_SEEDS, SCORE_RULE, SweepResults, TrialRecord, robust_score
+from sweeps.spec import BackendSpec
+from sweeps.trial import TrialResult
 
 FORMATS = ("sb3", "zoo")
 
@@ -134,9 +136,6 @@ def _yaml_form(value: Any) -> Any:
 def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, workers: int) -> dict[int, dict]:
     """Re-train ``trials`` on ``n_seeds`` seeds the sweep never used; per trial its returns,
     verdicts and score. Runs on local worker processes; writes to no store."""
-
-    from sweeps import backends
-
     fresh = fresh_seeds(results.spec.seed_list, n_seeds)
     jobs = []
     for t in trials:
@@ -144,28 +143,24 @@ def confirm(results: SweepResults, trials: list[TrialRecord], n_seeds: int, work
             1
         ]
     out: dict[int, dict] = {t.number: {"seeds": fresh, "returns": {}, "verdicts": {}} for t in trials}
-    from sweeps.spec import BackendSpec
-
     with backends.make(
         BackendSpec(kind="local"), max(1, min(workers, len(jobs))), warm_imports=(algos.info(results.spec.algo).module,)
     ) as be:
-        pending = list(jobs)
-        running = 0
-        while pending or running:
-            while pending and running < be.capacity:
-                be.submit(pending.pop(0))
-                running += 1
-            for event in be.poll(timeout=0.5):
-                if event.kind in ("finished", "failed"):
-                    running -= 1
-                    number, seed = event.key
-                    if event.kind == "failed":
-                        out[number]["verdicts"][seed] = "crashed"
-                        continue
+        pool = backends.Pool(be, results.spec.backend.max_failures)  # the driver's scheduling and retries
+        pool.add(jobs)
+        while pool.busy:
+            pool.fill()
+            for event in pool.poll(timeout=0.5):
+                if isinstance(event, backends.Retried):
+                    continue
+                number, seed = event.key
+                if isinstance(event.payload, backends.Failure):
+                    out[number]["verdicts"][seed] = "crashed"
+                elif isinstance(event.payload, TrialResult):
                     result = event.payload
-                    out[number]["verdicts"][seed] = (result.get("verdict") or {}).get("verdict", "healthy")
-                    if not result.get("stopped_by"):
-                        out[number]["returns"][seed] = round(result["mean_return"], 4)
+                    out[number]["verdicts"][seed] = (result.verdict or {}).get("verdict", "healthy")
+                    if not result.stopped_by:
+                        out[number]["returns"][seed] = round(result.mean_return, 4)
     for data in out.values():
         data["returns"] = dict(sorted(data["returns"].items()))
         data["verdicts"] = dict(sorted(data["verdicts"].items()))

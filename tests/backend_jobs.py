@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from sweeps.trial import TrialConfig
+from sweeps.trial import TrialConfig, TrialResult
 
 
-@dataclass
-class Done:
-    steps: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mean_return": float(self.steps), "timesteps": self.steps}
-
-
-def job(config: TrialConfig, reporter: Any) -> Done:
+def job(config: TrialConfig, reporter: Any) -> TrialResult:
     """``config.hyperparams``: ``updates`` metric reports ``sleep`` seconds apart, then ``end``:
     "finish" (a result), "raise" (a ValueError) or "exit" (the worker process dies)."""
     plan = config.hyperparams
@@ -31,7 +22,8 @@ def job(config: TrialConfig, reporter: Any) -> Done:
         raise ValueError(f"job {config.key} raised on purpose")
     if end == "exit":
         os._exit(3)
-    return Done(int(plan.get("updates", 3)))
+    steps = int(plan.get("updates", 3))
+    return TrialResult(float(steps), 0.0, [float(steps)], steps, 0.01 * steps, 0.0)
 
 
 def config(trial: int, **plan: Any) -> TrialConfig:

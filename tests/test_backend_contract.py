@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from itertools import count
-from typing import Any
 
 import pytest
 
-from sweeps.backends import Backend, Event
+from sweeps.backends import Backend, Cancelled, Event, Failure, Metrics
+from sweeps.trial import TrialResult
 from tests.backend_jobs import config
 from tests.helpers import descendants
 
@@ -65,9 +65,9 @@ def test_events_come_in_order_started_metrics_finished(backend: Backend) -> None
     kinds = _kinds(events)
     assert kinds[0] == "started" and kinds[-1] == "finished" and kinds.count("finished") == 1, kinds
     assert set(kinds[1:-1]) == {"metrics"}
-    steps = [e.payload[0] for e in events if e.kind == "metrics"]
+    steps = [e.payload.step for e in events if isinstance(e.payload, Metrics)]
     assert steps == sorted(steps) and steps[-1] == 3  # each report arrives, in order, before the end
-    assert events[-1].payload["mean_return"] == 3.0
+    assert isinstance(events[-1].payload, TrialResult) and events[-1].payload.mean_return == 3.0
 
 
 def test_a_job_that_raises_fails_with_its_error(backend: Backend) -> None:
@@ -75,9 +75,10 @@ def test_a_job_that_raises_fails_with_its_error(backend: Backend) -> None:
     backend.submit(job)
     events = _until_ended(backend, {job.key})[job.key]
     assert _kinds(events).count("failed") == 1 and events[-1].kind == "failed"
-    payload: dict[str, Any] = events[-1].payload
-    assert payload["type"] == "ValueError" and "raised on purpose" in payload["message"]
-    assert "ValueError" in payload["traceback"]
+    payload = events[-1].payload
+    assert isinstance(payload, Failure) and not payload.worker_died
+    assert payload.type == "ValueError" and "raised on purpose" in payload.message
+    assert "ValueError" in payload.traceback
 
 
 def test_a_killed_worker_is_worker_died_and_the_backend_goes_on(backend: Backend) -> None:
@@ -85,7 +86,7 @@ def test_a_killed_worker_is_worker_died_and_the_backend_goes_on(backend: Backend
     backend.submit(job)
     events = _until_ended(backend, {job.key})[job.key]
     assert [e.kind for e in events if e.kind in TERMINAL] == ["failed"]
-    assert events[-1].payload["type"] == "WorkerDied"
+    assert isinstance(events[-1].payload, Failure) and events[-1].payload.worker_died
     after = config(next(_trials), updates=1)
     backend.submit(after)
     assert _kinds(_until_ended(backend, {after.key})[after.key])[-1] == "finished"
@@ -108,7 +109,7 @@ def test_cancelling_a_running_and_a_just_submitted_job_ends_each_once_with_the_r
     for key, evs in events.items():
         terminal = [e for e in evs if e.kind in TERMINAL]
         assert [e.kind for e in terminal] == ["cancelled"], (key, _kinds(evs))
-        assert terminal[0].payload["reason"] == "doomed by a sibling seed"
+        assert terminal[0].payload == Cancelled("doomed by a sibling seed")
 
 
 def test_poll_waits_at_most_its_timeout(backend: Backend) -> None:
@@ -131,7 +132,7 @@ def test_close_is_idempotent_and_abandons_a_running_job(kind: str) -> None:
     be.close()
     be.close()
     if kind == "local":  # its worker processes are ours: the one running the job is gone
-        pid = started[0].payload["pid"]
+        pid = started[0].payload.pid
         deadline = time.monotonic() + 10
         while pid in descendants() and time.monotonic() < deadline:
             time.sleep(0.2)

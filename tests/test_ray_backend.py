@@ -154,8 +154,8 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
         # all four held their share at the same time
         assert max(t for t, _ in started.values()) < min(finished.values())
         for _, payload in started.values():
-            assert payload["cuda_visible_devices"] == "0" and payload["gpu_ids"] == ["0"]
-            assert payload["device"] == "cpu"
+            assert payload.cuda_visible_devices == "0" and payload.gpu_ids == ("0",)
+            assert payload.device == "cpu"
         # a cancelled job (its trial was proved doomed by a sibling) is stopped by Tune
         long_job = configs.trial_configs(
             spec_module.from_dict(tiny_spec("shares", total_timesteps=200_000)),
@@ -175,7 +175,7 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
                 elif event.kind in ("finished", "failed", "cancelled"):
                     ended = event
         assert ended is not None and ended.kind == "cancelled", ended
-        assert ended.payload["reason"] == "seed 1 of this trial was found nan_scale"
+        assert ended.payload.reason == "seed 1 of this trial was found nan_scale"
         assert time.monotonic() - asked < 10  # stopped at its next report, not at the end of 200k steps
 
 

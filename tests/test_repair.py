@@ -12,9 +12,8 @@ import pytest
 import yaml
 
 from sweeps import repair as rp
-from sweeps.backends import Backend, Event
 from sweeps.spec import from_dict
-from sweeps.trial import TrialConfig
+from tests.fakes import Recorder, Scripted
 from tests.helpers import stores
 
 
@@ -178,89 +177,6 @@ def test_the_summary_file_keeps_other_trials_and_replaces_a_rerun(tmp_path):
 
 
 # --- the driver, against a scripted backend -------------------------------------------------------
-class Scripted(Backend):
-    """Runs nothing: each job's verdict comes from ``outcome(hyperparams, seed)``."""
-
-    name = "scripted"
-
-    def __init__(self, outcome: Any, capacity: int = 2) -> None:
-        self.outcome, self.capacity, self.events, self.submitted = outcome, capacity, [], []
-
-    def submit(self, config: TrialConfig) -> None:
-        self.submitted.append(config)
-        verdict, ret = self.outcome(config.hyperparams, config.seed)
-        finding = {
-            "kind": verdict,
-            "certain": True,
-            "onset_step": 10,
-            "summary": "",
-            "evidence": {},
-            "advice": [],
-            "causes": [],
-            "patches": [{"patch": p, "why": "w"} for p in _PATCHES.get(verdict, [])],
-        }
-        payload = {
-            "verdict": {
-                "verdict": verdict,
-                "onset_step": None if verdict == "healthy" else 10,
-                "findings": [] if verdict == "healthy" else [finding],
-            },
-            "mean_return": ret,
-            "std_return": 0.0,
-            "train_seconds": 0.1,
-            "eval_seconds": 0.1,
-            "stopped_by": None,
-            "context": {},
-        }
-        self.events += [Event("started", config.key, {"worker": "w"}), Event("finished", config.key, payload)]
-
-    def poll(self, timeout: float) -> list[Event]:
-        out, self.events = self.events, []
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-_PATCHES = {"nan_scale": [{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}]}
-
-
-class Recorder:
-    """The tracker's interface, writing to lists."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, dict[str, Any]] = {}
-
-    def start_trial(self, trial, params, resolved, name=None, tags=None) -> str:
-        run = f"run{len(self.runs)}"
-        self.runs[run] = {"name": name or f"trial-{trial}", "tags": dict(tags or {}), "end": None}
-        return run
-
-    def start_seed(self, trial, seed, parent, params, name=None, tags=None) -> str:
-        return self.start_trial(trial, params, {}, name or f"trial-{trial}-seed-{seed}", tags)
-
-    def end_run(self, run_id, status, metrics=None, tags=None, texts=None, files=None) -> None:
-        self.runs[run_id]["end"] = status
-        self.runs[run_id]["tags"] |= tags or {}
-
-    def set_tags(self, run_id, tags) -> None:
-        self.runs[run_id]["tags"] |= tags
-
-    def find_trial_run(self, trial) -> str | None:
-        return next((r for r, d in self.runs.items() if d["name"] == f"trial-{trial}"), None)
-
-    def reconcile(self, outcomes) -> int:
-        return 0
-
-    def log_metrics(self, *args) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    flush_if_due = flush
-
-
 def _driver(outcome: Any, repair: rp.RepairSettings | None = None, trials: int = 1, auto: bool = True):
     from sweeps.driver import Driver
 
@@ -277,7 +193,7 @@ def _driver(outcome: Any, repair: rp.RepairSettings | None = None, trials: int =
         }
     )
     study = optuna.create_study(direction="maximize")
-    backend, tracker = Scripted(outcome), Recorder()
+    backend, tracker = Scripted.outcomes(outcome), Recorder()
     return Driver(spec, backend, tracker, study, repair=repair), study, backend, tracker
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeps.backends._base import Backend, Event
+from sweeps.backends._base import Backend, Cancelled, Event, Failure, Metrics, Started
+from sweeps.backends._pool import Pool, Retried
 
 if TYPE_CHECKING:
     from sweeps.spec import BackendSpec
@@ -40,4 +41,4 @@ def make(
     raise ValueError(f"backend '{settings.kind}' is not one of {', '.join(NAMES)}")
 
 
-__all__ = ["Backend", "Event", "NAMES", "make"]
+__all__ = ["Backend", "Cancelled", "Event", "Failure", "Metrics", "NAMES", "Pool", "Retried", "Started", "make"]

@@ -8,23 +8,92 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sweeps.trial import TrialConfig
+from sweeps.trial import TrialConfig, TrialResult
 
 EventKind = Literal["started", "metrics", "finished", "failed", "cancelled"]
+TERMINAL: tuple[EventKind, ...] = ("finished", "failed", "cancelled")  # a job's last event
+WORKER_DIED = "WorkerDied"  # Failure.type when the process running a job died, not the job
+
+
+@dataclass(frozen=True)
+class Started:
+    """A worker took the job. ``worker`` names it (``local-2``, ``ray:NODE_IP:PID``)."""
+
+    worker: str
+    pid: int | None = None
+    device: str | None = None  # Ray: the torch device the job was given
+    gpu_ids: tuple[str, ...] = ()  # Ray: the GPUs it was given
+    cuda_visible_devices: str | None = None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """One logger dump of the training: the env step it was made at, and its values."""
+
+    step: int
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The job raised (``type`` is the exception's class name), or its worker died (``WorkerDied``)."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    @property
+    def worker_died(self) -> bool:
+        return self.type == WORKER_DIED
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The driver cancelled the job and it stopped before finishing."""
+
+    reason: str
+
+
+Payload = Started | Metrics | TrialResult | Failure | Cancelled
+_KINDS: dict[type, EventKind] = {
+    Started: "started",
+    Metrics: "metrics",
+    TrialResult: "finished",
+    Failure: "failed",
+    Cancelled: "cancelled",
+}
 
 
 @dataclass(frozen=True)
 class Event:
-    """What a backend tells the driver about one job ``key = (trial, seed)``.
+    """What a backend tells the driver about one job ``key = (trial, seed)``; ``kind`` follows
+    from the payload's type."""
 
-    ``payload``: ``started`` -> {"worker": str}; ``metrics`` -> (step, {name: value});
-    ``finished`` -> TrialResult as a dict; ``failed`` -> {"type", "message", "traceback"};
-    ``cancelled`` -> {"reason"} (a job the driver cancelled, stopped before it finished).
-    """
-
-    kind: EventKind
     key: tuple[int, int]
-    payload: Any = None
+    payload: Payload
+
+    @property
+    def kind(self) -> EventKind:
+        return _KINDS[type(self.payload)]
+
+
+def from_wire(kind: str, key: tuple[int, int], raw: Any) -> Event:
+    """An event from the plain form workers send across processes (dicts, a (step, values) pair)."""
+    key = (int(key[0]), int(key[1]))
+    if kind == "metrics":
+        step, values = raw
+        return Event(key, Metrics(int(step), values))
+    if kind == "started":
+        raw = dict(raw, gpu_ids=tuple(raw.get("gpu_ids", ())))
+        return Event(key, Started(**raw))
+    types: dict[str, type[TrialResult | Failure | Cancelled]] = {
+        "finished": TrialResult,
+        "failed": Failure,
+        "cancelled": Cancelled,
+    }
+    if kind not in types:
+        raise ValueError(f"unknown event kind {kind!r} for job {key}")
+    return Event(key, types[kind](**raw))
 
 
 class Backend(abc.ABC):
@@ -73,4 +142,5 @@ def load_job(entry: str) -> Callable[..., Any]:
 
 
 def failure(exc: BaseException, tb: str) -> dict[str, str]:
+    """The wire form of a :class:`Failure`."""
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": tb[-20000:]}

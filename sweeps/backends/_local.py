@@ -16,7 +16,7 @@ import signal
 import traceback
 from typing import Any
 
-from sweeps.backends._base import JOB, Backend, Event, failure, load_job
+from sweeps.backends._base import JOB, WORKER_DIED, Backend, Event, Failure, failure, from_wire, load_job
 from sweeps.trial import TrialConfig
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -133,9 +133,7 @@ class LocalBackend(Backend):
                 code = worker["proc"].exitcode
                 reason = f"worker process {worker['name']} died (exit code {code}"
                 reason += f", signal {-code})" if code is not None and code < 0 else ")"
-                events.append(
-                    Event("failed", worker["job"], {"type": "WorkerDied", "message": reason, "traceback": ""})
-                )
+                events.append(Event(worker["job"], Failure(WORKER_DIED, reason)))
                 self._workers[i] = self._spawn()
         return events
 
@@ -151,7 +149,7 @@ class LocalBackend(Backend):
                             worker["job"] = None
                             if kind == "cancelled":
                                 payload = {"reason": worker["reason"]}
-                events.append(Event(kind, tuple(key), payload))
+                events.append(from_wire(kind, key, payload))
                 message = self._results.get_nowait()
         except queue.Empty:
             pass

@@ -34,7 +34,18 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
-from sweeps.backends._base import JOB, Backend, Event, failure, load_job
+from sweeps.backends._base import (
+    JOB,
+    WORKER_DIED,
+    Backend,
+    Cancelled,
+    Event,
+    Failure,
+    Payload,
+    failure,
+    from_wire,
+    load_job,
+)
 from sweeps.backends._reaper import Reaper
 from sweeps.errors import UsageError
 from sweeps.trial import TrialConfig
@@ -76,7 +87,7 @@ class Feed(Searcher):
             except queue.Empty:
                 return None
             if job.key in channel.cancelled:  # cancelled before it started
-                _end(channel, job.key, Event("cancelled", job.key, {"reason": channel.cancelled[job.key]}))
+                _end(channel, job.key, Cancelled(channel.cancelled[job.key]))
                 continue
             channel.tune_ids[trial_id] = job.key
             channel.ended.discard(job.key)  # a retry of a job whose worker died starts afresh
@@ -98,10 +109,11 @@ class Relay(tune.Callback):
         if key is None:
             return
         for kind, payload in result.get("rlsweep", ()):
+            event = from_wire(kind, key, decode_result(payload) if kind == "finished" else payload)
             if kind in ("finished", "failed"):
-                _end(channel, key, Event(kind, key, payload))
+                _end(channel, key, event.payload)
             elif key not in channel.ended:
-                channel.events.put(Event(kind, key, payload))
+                channel.events.put(event)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         channel = _CHANNELS[self.channel_id]
@@ -109,13 +121,13 @@ class Relay(tune.Callback):
         text = _error_text(trial)
         last = text.strip().splitlines()[-1][:500] if text.strip() else "no error text"
         message = f"the Ray worker running this seed failed: {last}"
-        _end(channel, key, Event("failed", key, {"type": "WorkerDied", "message": message, "traceback": text}))
+        _end(channel, key, Failure(WORKER_DIED, message, text))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         channel = _CHANNELS[self.channel_id]
         key = channel.tune_ids.get(trial.trial_id)
         # ended without a result of ours: Tune stopped it (a cancelled job, or the sweep closing)
-        _end(channel, key, Event("cancelled", key, {"reason": channel.cancelled.get(key, "stopped by Tune")}))
+        _end(channel, key, Cancelled(channel.cancelled.get(key, "stopped by Tune")))
 
 
 class VerdictStopper(tune.Stopper):
@@ -133,12 +145,12 @@ class VerdictStopper(tune.Stopper):
         return _CHANNELS[self.channel_id].closing.is_set()
 
 
-def _end(channel: _Channel, key: tuple[int, int] | None, event: Event) -> None:
+def _end(channel: _Channel, key: tuple[int, int] | None, payload: Payload) -> None:
     """The one terminal event of a job; Tune may tell of its end twice (result, then complete)."""
     if key is None or key in channel.ended:
         return
     channel.ended.add(key)
-    channel.events.put(event)
+    channel.events.put(Event(key, payload))
 
 
 def _error_text(trial: Any) -> str:
@@ -364,7 +376,7 @@ class RayBackend(Backend):
             and not self._channel.closing.is_set()
         ):
             raise RuntimeError(f"Ray Tune stopped unexpectedly: {self._tune_error!r}")
-        return [Event(e.kind, e.key, decode_result(e.payload)) if e.kind == "finished" else e for e in events]
+        return events
 
     def close(self) -> None:
         """Idempotent, and safe after a constructor that failed part way (e.g. between creating

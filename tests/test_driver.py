@@ -1,0 +1,222 @@
+"""The driver's logic against a scripted backend and a recording tracker (tests/fakes.py), with a
+real in-memory Optuna study: retries of jobs whose worker died, doomed trials, how each ending is
+told to Optuna, and Ctrl-C. The end-to-end tests run the same paths on real workers and stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+from stability import keys
+from sweeps import study as st
+from sweeps.backends import Failure, Metrics, Pool
+from sweeps.driver import Driver
+from sweeps.spec import from_dict
+from sweeps.trial import TrialConfig
+from tests.fakes import Recorder, Scripted, died, metrics, result
+
+
+def _driver(script: Any, capacity: int = 2, study: Any = None, interrupt_after: int | None = None, **spec: Any):
+    doc = {
+        "name": "scripted",
+        "env": {"id": "Pendulum-v1"},
+        "algo": "PPO",
+        "total_timesteps": 1000,
+        "seeds": 2,
+        "trials": 1,
+        "space": {"learning_rate": {"type": "choice", "values": [0.001, 0.002]}},
+    } | spec
+    study = study or optuna.create_study(direction="maximize")
+    backend, tracker = Scripted(script, capacity, interrupt_after), Recorder()
+    return Driver(from_dict(doc), backend, tracker, study), study, backend, tracker
+
+
+def _healthy(config: TrialConfig, attempt: int) -> list:
+    return [result(mean_return=10.0 * config.trial + config.seed)]
+
+
+# --- jobs whose worker died ---------------------------------------------------------------------
+def test_a_retried_job_logs_each_step_once_and_records_why_it_was_retried():
+    def script(config: TrialConfig, attempt: int) -> list:
+        if config.seed == 0 and attempt == 1:
+            return [*metrics(100, 200, 300), died("worker process local-1 died (exit code -9, signal 9)")]
+        return [*metrics(100, 200, 300, 400, 500), result(mean_return=5.0)]
+
+    driver, study, backend, tracker = _driver(script, backend={"max_failures": 1})
+    progress = driver.run()
+    (trial,) = study.get_trials()
+    assert trial.state.name == "COMPLETE" and trial.value == 5.0
+    assert [c.key for c in backend.submitted].count((0, 0)) == 2 and progress.retried == 1
+    seed0 = tracker.run("trial-0-seed-0")
+    assert seed0["steps"] == [100, 200, 300, 400, 500]  # the retry's repeat of 100-300 is not logged again
+    assert seed0["tags"]["rlsweep.attempts"] == "2" and "signal 9" in seed0["tags"]["rlsweep.retried_after"]
+    assert "rlsweep.attempts" not in tracker.run("trial-0-seed-1")["tags"]
+    assert progress.jobs_done == 2  # a retried attempt is not a finished job
+
+
+def test_a_worker_that_dies_past_max_failures_crashes_the_trial():
+    def script(config: TrialConfig, attempt: int) -> list:
+        return [died(f"died on attempt {attempt}")] if config.seed == 0 else [result()]
+
+    driver, study, backend, tracker = _driver(script, backend={"max_failures": 2})
+    driver.run()
+    (trial,) = study.get_trials()
+    assert trial.state.name == "FAIL" and trial.user_attrs["rlsweep.outcome"] == "crashed"
+    assert trial.user_attrs["rlsweep.error"] == "seed 0: WorkerDied: died on attempt 3"
+    assert [c.seed for c in backend.submitted].count(0) == 3
+    seed0 = tracker.run("trial-0-seed-0")
+    assert seed0["end"] == "FAILED" and seed0["tags"]["rlsweep.attempts"] == "3"
+    assert seed0["tags"]["rlsweep.retried_after"] == "died on attempt 1 | died on attempt 2"
+
+
+def test_a_job_that_raises_is_never_retried():
+    def script(config: TrialConfig, attempt: int) -> list:
+        return [Failure("ValueError", "bad obs", "Traceback ...")] if config.seed == 1 else [result()]
+
+    driver, study, backend, _ = _driver(script, backend={"max_failures": 3})
+    driver.run()
+    assert len(backend.submitted) == 2
+    assert study.get_trials()[0].user_attrs["rlsweep.error"] == "seed 1: ValueError: bad obs"
+
+
+def test_the_pool_resubmits_the_config_it_was_given():
+    config = TrialConfig("s", 3, 0, "PPO", "MlpPolicy", {}, {"lr": 1}, 10)
+    backend = Scripted(lambda c, attempt: [died()] if attempt == 1 else [result()], capacity=1)
+    pool = Pool(backend, max_failures=1)
+    pool.add([config])
+    seen = []
+    while pool.busy:
+        pool.fill()
+        seen += pool.poll(0)
+    assert backend.submitted == [config, config] and pool.tries == {(3, 0): [died().message]}
+    assert [type(e).__name__ for e in seen] == ["Event", "Retried", "Event", "Event"]
+
+
+# --- doomed trials ------------------------------------------------------------------------------
+def test_a_doomed_trial_never_runs_its_queued_seeds():
+    def script(config: TrialConfig, attempt: int) -> list:
+        return [result("nan_scale", stopped_by="nan_scale")] if config.seed == 0 else [result()]
+
+    driver, study, backend, tracker = _driver(script, capacity=1, seeds=3, stability={"stop_on": ["nan_scale"]})
+    progress = driver.run()
+    assert [c.seed for c in backend.submitted] == [0]
+    (trial,) = study.get_trials()
+    assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "unstable"
+    assert trial.user_attrs["rlsweep.verdict"] == "nan_scale"
+    for seed in (1, 2):
+        run = tracker.run(f"trial-0-seed-{seed}")
+        assert run["end"] == "KILLED" and run["tags"]["rlsweep.outcome"] == "skipped"
+    assert tracker.run("trial-0-seed-0")["tags"][keys.STABILITY_STOPPED_BY] == "nan_scale"
+    assert progress.jobs_total == 1 and progress.jobs_done == 1 and progress.failed == 1
+
+
+@pytest.mark.parametrize("siblings", [True, False])
+def test_stop_siblings_cancels_the_running_seeds_of_a_doomed_trial(siblings: bool):
+    def script(config: TrialConfig, attempt: int) -> list:
+        if config.seed == 0:
+            return [result("dead_policy_gradient", stopped_by="dead_policy_gradient")]
+        return metrics(100) if siblings else [result(mean_return=3.0)]  # with siblings: runs until cancelled
+
+    driver, study, backend, tracker = _driver(
+        script,
+        capacity=3,
+        seeds=3,
+        stability={"stop_on": ["dead_policy_gradient"], "stop_siblings": siblings},
+    )
+    driver.run()
+    assert study.get_trials()[0].state.name == "PRUNED"
+    if siblings:
+        ((cancelled, reason),) = backend.cancelled
+        assert sorted(cancelled) == [(0, 1), (0, 2)] and reason == "seed 0 of this trial was found dead_policy_gradient"
+        run = tracker.run("trial-0-seed-1")
+        assert run["end"] == "KILLED" and run["tags"]["rlsweep.cancelled"] == reason
+    else:
+        assert backend.cancelled == [] and tracker.run("trial-0-seed-1")["end"] == "FINISHED"
+
+
+# --- how a trial ends in Optuna -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seed1", "state", "outcome"),
+    [
+        (result(mean_return=7.0), "COMPLETE", "complete"),
+        (result("stuck_value_loss", mean_return=7.0), "COMPLETE", "complete"),  # judged, not stopped: scored
+        (result("stuck_value_loss", stopped_by="stuck_value_loss"), "PRUNED", "unstable"),
+        (Failure("RuntimeError", "CUDA error"), "FAIL", "crashed"),
+    ],
+)
+def test_each_ending_is_told_to_optuna_as_its_state(seed1: Any, state: str, outcome: str):
+    driver, study, _, tracker = _driver(
+        lambda config, attempt: [seed1] if config.seed == 1 else [result(mean_return=3.0)],
+        stability={"stop_on": ["stuck_value_loss"]},
+    )
+    progress = driver.run()
+    (trial,) = study.get_trials()
+    assert trial.state.name == state and trial.user_attrs["rlsweep.outcome"] == outcome
+    assert tracker.run("trial-0")["tags"]["rlsweep.outcome"] == outcome
+    assert progress.failed == (state != "COMPLETE")
+    if state == "COMPLETE":
+        assert trial.value == 5.0 and trial.user_attrs["rlsweep.returns"] == {"0": 3.0, "1": 7.0}
+        assert trial.user_attrs["rlsweep.verdict"] == (
+            "healthy" if seed1.verdict["verdict"] == "healthy" else "stuck_value_loss"
+        )
+
+
+@pytest.mark.parametrize(("aggregate", "value"), [("mean", 6.0), ("median", 6.0), ("min", 2.0)])
+def test_the_objective_aggregates_the_seeds_returns(aggregate: str, value: float):
+    returns = {0: 2.0, 1: 6.0, 2: 10.0}
+    driver, study, _, _ = _driver(
+        lambda config, attempt: [result(mean_return=returns[config.seed])],
+        seeds=3,
+        objective={"aggregate": aggregate},
+    )
+    driver.run()
+    assert study.get_trials()[0].value == value
+
+
+def test_the_sweep_opens_trials_until_its_target_and_never_more():
+    driver, study, backend, _ = _driver(_healthy, capacity=3, trials=4)
+    progress = driver.run()
+    assert len(study.get_trials()) == 4 and len(backend.submitted) == 8
+    assert (
+        progress.done == 4
+        and (progress.best, progress.best_trial) == (30.5, 3)
+        and progress.jobs_done == progress.jobs_total == 8
+    )
+
+
+# --- Ctrl-C -------------------------------------------------------------------------------------
+def test_an_interrupted_sweep_abandons_its_jobs_and_the_next_run_requeues_them():
+    driver, study, backend, tracker = _driver(lambda c, a: metrics(100), trials=2, interrupt_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        driver.run()
+    assert backend.closed == 1
+    (trial,) = study.get_trials()  # one trial's 2 seeds fill the 2 slots; the second was never opened
+    assert trial.state.name == "RUNNING"
+    opened = [r for r in tracker.runs.values() if r["name"].startswith("trial-0")]
+    assert len(opened) == 3 and all(r["end"] == "KILLED" for r in opened)
+    assert {r["tags"]["rlsweep.outcome"] for r in opened} == {"interrupted"}
+
+    again, study, _, _ = _driver(_healthy, trials=2, study=study)
+    progress = again.run()
+    states = [(t.state.name, t.user_attrs["rlsweep.outcome"]) for t in study.get_trials()]
+    assert states == [("FAIL", "interrupted"), ("COMPLETE", "complete"), ("COMPLETE", "complete")]
+    assert study.get_trials()[1].params == trial.params  # the interrupted config runs again first
+    assert progress.requeued == [0] and [t.number for t in st.counted(study)] == [1, 2]
+
+
+def test_metrics_of_a_job_reach_its_seed_run_in_order():
+    driver, _, _, tracker = _driver(lambda c, a: [*metrics(1, 2, 3), result()], seeds=1)
+    driver.run()
+    assert tracker.run("trial-0-seed-0")["steps"] == [1, 2, 3]
+    assert isinstance(metrics(1)[0], Metrics)
+
+
+def test_an_event_takes_its_kind_from_its_payload_and_the_wire_form_is_checked():
+    from sweeps.backends._base import Event, from_wire
+
+    assert Event((1, 0), Metrics(5, {})).kind == "metrics" and Event((1, 0), died()).kind == "failed"
+    assert from_wire("started", [1, 0], {"worker": "w", "gpu_ids": ["0"]}).payload.gpu_ids == ("0",)
+    with pytest.raises(ValueError, match="unknown event kind 'bogus'"):
+        from_wire("bogus", (1, 0), {})
