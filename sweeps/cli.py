@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from stability.errors import RlsweepError
+from sweeps import samplers
 from sweeps import spec as spec_module
 from sweeps.errors import SpecError, UsageError
 
@@ -165,6 +166,8 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
             f"{len(spec.seed_list)} seeds, {len(spec.dims)} swept keys)",
             highlight=False,
         )
+        if note := samplers.fallback(spec.sampler.kind, spec.dims):
+            console.print(f"  note: {note}", highlight=False, markup=False)
     if failed:
         raise (
             SpecError(failed[0].source, failed[0].issues)

@@ -23,6 +23,7 @@ from typing import Any
 from stability import keys
 from stability.verdict import rank
 from sweeps import repair as rp
+from sweeps import scoring
 from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Cancelled, Event, Failure, Metrics, Pool, Retried, Started
@@ -31,12 +32,6 @@ from sweeps.results import record
 from sweeps.spec import SweepSpec
 from sweeps.tracking import BackgroundTracker, MlflowTracker
 from sweeps.trial import TrialResult
-
-_AGGREGATE: dict[str, Callable[[list[float]], float]] = {
-    "mean": statistics.fmean,
-    "median": statistics.median,
-    "min": min,
-}
 
 
 @dataclass
@@ -109,6 +104,7 @@ class Driver:
         self.pool = Pool(backend, spec.backend.max_failures)
         self._mlflow: deque[Callable[[], object]] = deque()  # MLflow writes, done after submitting work
         self.progress = Progress(target=spec.n_trials)
+        self._aggregate = scoring.aggregator(spec.objective.aggregate) or statistics.fmean  # checked by the spec
         self._stability = stability_settings(spec)
         self.logged_step: dict[tuple[int, int], int] = {}  # job -> last step sent to MLflow
         self.retry_floor: dict[tuple[int, int], int] = {}  # retried job -> steps up to here are logged
@@ -338,7 +334,7 @@ class Driver:
             )
             p.failed += 1
         else:
-            value = _AGGREGATE[self.spec.objective.aggregate](list(active.returns.values()))
+            value = self._aggregate(list(active.returns.values()))
             trial.set_user_attr(keys.OUTCOME, "complete")
             self.study.tell(trial, value)
             metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
@@ -551,7 +547,7 @@ class Driver:
         if attempt.confirm is not None:
             attrs[keys.CONFIRM] = attempt.confirm
         value = (
-            _AGGREGATE[self.spec.objective.aggregate](list(state_of["returns"].values()))
+            self._aggregate(list(state_of["returns"].values()))
             if state_of["outcome"] == "complete" and state_of["returns"]
             else math.nan
         )

@@ -26,7 +26,8 @@ from sweeps.configs import stability_settings, trial_configs
 from sweeps.errors import UsageError
 from sweeps.ranges import safe_ranges
 from sweeps.repair import fresh_seeds
-from sweeps.results import FEW_SEEDS, SCORE_RULE, SweepResults, TrialRecord, robust_score
+from sweeps.results import FEW_SEEDS, SweepResults, TrialRecord
+from sweeps.scoring import SCORE_RULE, robust_score
 from sweeps.spec import BackendSpec
 from sweeps.trial import TrialResult
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from stability.verdict import rank
 from sweeps import schedules
-from sweeps.results import robust_score
+from sweeps.scoring import robust_score
 
 STRATEGIES = ("findings", "random")
 # Patches whose knob holds a mapping merge into the config's mapping instead of replacing it.

@@ -25,7 +25,8 @@ from rich.table import Table
 from stability import VERDICTS, keys
 from sweeps import results as results_module
 from sweeps.ranges import safe_ranges
-from sweeps.results import SCORE_RULE, SweepResults, TrialRecord
+from sweeps.results import SweepResults, TrialRecord
+from sweeps.scoring import SCORE_RULE
 
 # One colour per verdict, in stability.VERDICTS' order (healthy, then the detectors' priority order);
 # a class added later gets grey until it is given one here.

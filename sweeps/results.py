@@ -5,8 +5,6 @@ Reads ``results/NAME/sweep.yaml`` (the validated spec) and the Optuna study; nev
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,19 +12,12 @@ from typing import Any
 from stability import keys
 from sweeps import spec as spec_module
 from sweeps.errors import UsageError
+from sweeps.scoring import robust_score
 
 # The robust score that ranks configs: mean minus (population) standard deviation of the
 # per-seed evaluation returns. It rewards configs that are good on every seed, not lucky on one;
 # with 2 seeds it equals the worse seed's return, with more it is kinder to one outlier than min().
-SCORE_RULE = "mean - std of the per-seed evaluation returns"
 FEW_SEEDS = 3
-
-
-def robust_score(values: list[float]) -> float:
-    """:data:`SCORE_RULE` (-inf for no returns): what export ranks configs by."""
-    if not values:
-        return -math.inf
-    return statistics.fmean(values) - (statistics.pstdev(values) if len(values) > 1 else 0.0)
 
 
 @dataclass

@@ -52,7 +52,7 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
 
 
 def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, repair: Any = None) -> Progress:
-    from sweeps import algos, backends, study
+    from sweeps import algos, backends, samplers, study
     from sweeps.driver import Driver
     from sweeps.progress import LiveDisplay, trials_table
     from sweeps.tracking import BackgroundTracker
@@ -94,6 +94,8 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
                 f"{backend} at once",
                 highlight=False,
             )
+            if note := samplers.fallback(spec.sampler.kind, spec.dims):
+                console.print(f"note: {note}", highlight=False, markup=False)
             driver = Driver(spec, be, tracker, the_study, repair=repair)
             with LiveDisplay(console) as display:
                 driver.on_change = display

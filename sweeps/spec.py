@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from stability.thresholds import DEFAULTS, ThresholdError, Thresholds
-from sweeps import algos, envs, knobs, schedules
+from sweeps import algos, envs, knobs, samplers, schedules, scoring
 from sweeps import space as sp
 from sweeps._yaml import YamlError, load_yaml
 from sweeps.algos import ACTIVATIONS, CLASS_KWARGS, MANAGED, SCHEDULED, class_name_problem
@@ -45,16 +45,32 @@ class EnvSpec(_Model):
 
 
 class SamplerSpec(_Model):
-    kind: Literal["grid", "random", "tpe"] = "tpe"
+    """Any of Optuna's samplers by name; other keys are the sampler's own keyword arguments
+    (e.g. ``multivariate: true`` for tpe, ``restart_strategy: ipop`` for cmaes), checked against
+    its signature when the spec is validated."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: Literal["tpe", "random", "grid", "cmaes", "gp", "qmc", "nsgaii"] = "tpe"
     seed: int | None = 0
-    n_startup_trials: PositiveInt = 5
+    n_startup_trials: PositiveInt = 5  # for the samplers that take it (tpe, cmaes, gp)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
 
 class ObjectiveSpec(_Model):
     eval_episodes: PositiveInt = 10
-    aggregate: Literal["mean", "median", "min"] = "mean"
+    aggregate: str = "mean"  # see sweeps.scoring.AGGREGATES
     deterministic: bool = True
     eval_seed_offset: int = 1_000_000
+
+    @field_validator("aggregate")
+    @classmethod
+    def _known_aggregate(cls, value: str) -> str:
+        if scoring.aggregator(value) is None:
+            raise ValueError(f"expected {scoring.AGGREGATES}")
+        return value
 
 
 class StorageSpec(_Model):
@@ -450,8 +466,27 @@ def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue
 
 
 def _sampler_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:
-    if spec.sampler.kind != "grid":
-        return []
+    kind, options = spec.sampler.kind, spec.sampler.options
+    allowed = samplers.allowed(kind)
+    unknown = [k for k in options if k not in allowed]
+    if unknown:
+        return [
+            Issue(
+                f"sampler.{k}",
+                f"not an option of the {kind} sampler{did_you_mean(k, allowed)} (allowed: seed, {', '.join(allowed)})",
+            )
+            for k in unknown
+        ]
+    issues = _grid_issues(spec, dims) if kind == "grid" else []
+    if not issues:
+        try:
+            samplers.build(kind, dims, spec.sampler.seed, spec.sampler.n_startup_trials, options)
+        except (TypeError, ValueError) as exc:  # Optuna's own check of a value
+            issues.append(Issue("sampler", f"the {kind} sampler refused {options}: {exc}"))
+    return issues
+
+
+def _grid_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:
     issues = []
     for name, d in dims.items():
         if d.kind in ("uniform", "loguniform") or (d.kind == "int" and d.log):

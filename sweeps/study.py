@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from stability import keys
+from sweeps import samplers
 from sweeps.errors import UsageError
 from sweeps.results import record
 from sweeps.spec import SweepSpec
@@ -29,23 +30,9 @@ def fingerprint(spec: SweepSpec) -> str:
 
 
 def make_sampler(spec: SweepSpec) -> Any:
-    import optuna
-
-    from sweeps import space
-
-    class AskTellGridSampler(optuna.samplers.GridSampler):
-        """Optuna's grid sampler calls ``study.stop()`` once the grid is used up, which raises outside
-        ``study.optimize``; the driver counts trials itself, so that stop is dropped here."""
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            return None
-
-    kind, seed = spec.sampler.kind, spec.sampler.seed
-    if kind == "grid":
-        return AskTellGridSampler(space.grid_of(spec.dims), seed=seed)
-    if kind == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler.n_startup_trials)
+    return samplers.build(
+        spec.sampler.kind, spec.dims, spec.sampler.seed, spec.sampler.n_startup_trials, spec.sampler.options
+    )
 
 
 def open_study(spec: SweepSpec) -> Any:

@@ -1,0 +1,132 @@
+"""Search: every Optuna sampler by name, its options checked against its signature, and what a
+sampler does with a space it cannot model. Sweeps here run the real driver and the real sampler
+against a scripted backend (tests/fakes.py); training is covered by the end-to-end tests."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import pytest
+
+from sweeps import samplers
+from sweeps import study as st
+from sweeps.driver import Driver
+from sweeps.errors import SpecError
+from sweeps.spec import from_dict
+from sweeps.trial import TrialConfig
+from tests.fakes import Recorder, Scripted, result
+
+SPACE = {
+    "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-2},
+    "n_epochs": {"type": "int", "low": 3, "high": 10},
+    "gae_lambda": {"type": "uniform", "low": 0.8, "high": 0.99},
+}
+GRID = {"n_epochs": {"type": "choice", "values": [3, 5, 10]}, "gamma": {"type": "choice", "values": [0.9, 0.99]}}
+
+
+def _spec(sampler: dict[str, Any], space: dict[str, Any] | None = None, trials: int = 3) -> Any:
+    return from_dict(
+        {
+            "name": "search",
+            "env": {"id": "Pendulum-v1"},
+            "algo": "PPO",
+            "total_timesteps": 1000,
+            "seeds": 2,
+            "trials": trials,
+            "sampler": sampler,
+            "space": space or SPACE,
+        }
+    )
+
+
+def _return(config: TrialConfig, attempt: int) -> list:
+    lr = config.hyperparams.get("learning_rate", 3e-4)
+    return [result(mean_return=-abs(math.log10(lr) + 3.5) + 0.01 * config.seed)]
+
+
+@pytest.mark.parametrize("kind", samplers.KINDS)
+def test_every_sampler_by_name_runs_a_three_trial_sweep(kind: str):
+    spec = _spec({"kind": kind, "seed": 3}, GRID if kind == "grid" else SPACE)
+    study = optuna.create_study(direction="maximize", sampler=st.make_sampler(spec))
+    assert type(study.sampler).__name__.endswith(samplers.CLASSES[kind])
+    progress = Driver(spec, Scripted(_return), Recorder(), study).run()
+    trials = study.get_trials()
+    assert progress.done == 3 and [t.state.name for t in trials] == ["COMPLETE"] * 3
+    names = set(GRID if kind == "grid" else SPACE)
+    assert all(set(t.params) == names for t in trials)
+    if kind == "grid":
+        assert len({tuple(sorted(t.params.items())) for t in trials}) == 3  # no grid point twice
+
+
+def test_sampler_options_reach_the_sampler():
+    spec = _spec({"kind": "tpe", "multivariate": True, "group": True, "n_startup_trials": 2, "seed": 1})
+    sampler = st.make_sampler(spec)
+    assert sampler._multivariate and sampler._group and sampler._n_startup_trials == 2
+    cma = st.make_sampler(_spec({"kind": "cmaes", "popsize": 6, "use_separable_cma": True}))
+    assert cma._popsize == 6 and cma._use_separable_cma and cma._n_startup_trials == 5
+
+
+@pytest.mark.parametrize(
+    ("sampler", "path", "says"),
+    [
+        ({"kind": "tpe", "multivariat": True}, "sampler.multivariat", "did you mean 'multivariate'"),
+        ({"kind": "random", "n_ei_candidates": 4}, "sampler.n_ei_candidates", "allowed: seed"),
+        ({"kind": "cmaes", "independent_sampler": "random"}, "sampler.independent_sampler", "not an option"),
+        ({"kind": "qmc", "qmc_type": "lattice"}, "sampler", "the qmc sampler refused"),
+        ({"kind": "cmas"}, "sampler.kind", "did you mean 'cmaes'"),
+    ],
+)
+def test_bad_sampler_settings_are_refused_with_the_key_and_what_is_allowed(sampler: dict, path: str, says: str):
+    with pytest.raises(SpecError) as err:
+        _spec(sampler)
+    issues = {i.path: i.message for i in err.value.issues}
+    assert path in issues and says in issues[path], issues
+
+
+def test_a_sampler_that_cannot_model_choices_says_what_optuna_does_instead():
+    space = SPACE | {"batch_size": {"type": "choice", "values": [32, 64]}}
+    spec = _spec({"kind": "cmaes"}, space)
+    note = samplers.fallback(spec.sampler.kind, spec.dims)
+    assert note is not None and "batch_size" in note and "independent sampler" in note
+    assert samplers.fallback("tpe", spec.dims) is None and samplers.fallback("cmaes", _spec({}).dims) is None
+
+
+def test_the_cli_validates_sampler_options_and_names_the_fallback(write_spec, cli):
+    doc = {
+        "name": "cma",
+        "env": {"id": "CartPole-v1"},
+        "algo": "PPO",
+        "total_timesteps": 512,
+        "sampler": {"kind": "cmaes", "popsize": 4},
+        "space": {
+            "learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
+            "batch_size": {"type": "choice", "values": [32, 64]},
+        },
+    }
+    write_spec(doc)
+    ok = cli("validate", "sweep.yaml")
+    assert ok.returncode == 0 and "independent sampler" in ok.stdout and "batch_size" in ok.stdout, ok.stdout
+    write_spec(doc | {"sampler": {"kind": "cmaes", "popsiz": 4}})
+    bad = cli("validate", "sweep.yaml")
+    assert bad.returncode == 2 and "sampler.popsiz" in bad.stderr and "did you mean 'popsize'" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "rule", ["mean", "median", "min", "mean - std", "mean - 2*std", "mean-0.5*std", "mean - .5 * std"]
+)
+def test_objective_aggregates_that_are_accepted(rule: str):
+    assert from_dict({**_base(), "objective": {"aggregate": rule}}).objective.aggregate == rule
+
+
+@pytest.mark.parametrize("rule", ["max", "mean + std", "mean - std2", "mean - -1*std", "avg"])
+def test_objective_aggregates_that_are_refused_say_what_is_allowed(rule: str):
+    with pytest.raises(SpecError) as err:
+        from_dict({**_base(), "objective": {"aggregate": rule}})
+    (issue,) = err.value.issues
+    assert issue.path == "objective.aggregate" and "'mean - K*std'" in issue.message and repr(rule) in issue.message
+
+
+def _base() -> dict[str, Any]:
+    return {"name": "agg", "env": {"id": "Pendulum-v1"}, "algo": "PPO", "total_timesteps": 1000}
