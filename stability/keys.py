@@ -7,7 +7,11 @@ a run back from MLflow) and the engine that writes them (``sweeps``) share one s
 from __future__ import annotations
 
 # --- Optuna trial user attributes (and MLflow tags where both carry the same fact) --------------------
-OUTCOME = "rlsweep.outcome"  # complete | unstable | crashed | interrupted (| skipped on a seed run)
+OUTCOME = "rlsweep.outcome"  # one of OUTCOMES, or interrupted (| skipped on a seed run)
+# How a trial that ran to its end (its own end, or one rlsweep chose) ended: told to Optuna as
+# COMPLETE, PRUNED (by its verdict, stability.stop_on), PRUNED (by the pruner) and FAIL.
+OUTCOMES = ("complete", "unstable", "pruned", "crashed")
+PRUNED = "rlsweep.pruned"  # why and at which step the pruner stopped the trial
 VERDICT = "rlsweep.verdict"  # the trial's verdict
 VERDICTS = "rlsweep.verdicts"  # {seed: verdict}
 RETURNS = "rlsweep.returns"  # {seed: mean evaluation return}

@@ -58,6 +58,7 @@ def trial_configs(
             hyperparams=hyperparams,
             total_timesteps=spec.total_timesteps,
             eval_episodes=spec.objective.eval_episodes,
+            eval_every=spec.objective.eval_every,
             eval_seed=spec.objective.eval_seed_offset + seed,
             deterministic=spec.objective.deterministic,
             stability=stability,

@@ -31,7 +31,7 @@ from sweeps.configs import stability_settings, trial_configs
 from sweeps.results import record
 from sweeps.spec import SweepSpec
 from sweeps.tracking import BackgroundTracker, MlflowTracker
-from sweeps.trial import TrialResult
+from sweeps.trial import PERIODIC_RETURN, TrialResult
 
 
 @dataclass
@@ -49,6 +49,9 @@ class ActiveTrial:
     verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seed -> Verdict.to_dict()
     unstable: dict[int, str] = field(default_factory=dict)  # seed -> class that ended it
     skipped: set[int] = field(default_factory=set)  # never run: the trial was doomed
+    periodic: dict[int, dict[int, float]] = field(default_factory=dict)  # step -> seed -> periodic return
+    reported: int = -1  # the last step told to Optuna
+    pruned: str = ""  # why the pruner stopped it
     # a repair's attempt (or its confirmation on fresh seeds): not an Optuna trial while it runs
     plan: rp.Plan | None = None
     attempt: rp.Attempt | None = None
@@ -66,6 +69,7 @@ class Progress:
     target: int
     done: int = 0  # trials counted towards the target, this run and before
     failed: int = 0
+    pruned: int = 0
     running: int = 0
     jobs_done: int = 0
     jobs_total: int = 0
@@ -204,6 +208,9 @@ class Driver:
             if payload.step > self.retry_floor.get(event.key, -1):
                 self.logged_step[event.key] = max(payload.step, self.logged_step.get(event.key, -1))
                 self.tracker.log_metrics(active.child_runs[seed], payload.step, payload.values)
+            if PERIODIC_RETURN in payload.values and active.plan is None:
+                active.periodic.setdefault(payload.step, {})[seed] = payload.values[PERIODIC_RETURN]
+                self._report(active)
             return
         if isinstance(payload, Started):
             active.workers[seed] = payload.worker
@@ -228,6 +235,8 @@ class Driver:
             self._mlflow.append(lambda: self.tracker.end_run(run_id, "FAILED", tags=tags, texts=texts))
         if active.finished:
             self._close_trial(active)
+        elif active.periodic:
+            self._report(active)  # a step may have waited only on the seed that just ended
 
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
         tries = self.pool.tries.get(key)
@@ -269,14 +278,46 @@ class Driver:
             lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
         )
 
+    def _report(self, active: ActiveTrial) -> None:
+        """Tell Optuna the trial's intermediate value at each step every seed still in it has
+        reported (aggregated as the objective is), in order; stop the trial if its pruner says so."""
+        if self.spec.pruner.kind == "none" or active.pruned:
+            return
+        # as the driver has seen it so far (the pool is ahead of it within a batch of events)
+        queued = {c.seed for c in self.pool.queue if c.trial == active.number}
+        ended = {*active.returns, *active.errors, *active.unstable, *active.skipped}
+        running = {s for s in active.seeds if s not in queued and s not in ended}
+        last = {s: max((at for at, v in active.periodic.items() if s in v), default=-1) for s in active.returns}
+        for step in sorted(s for s in active.periodic if s > active.reported):
+            # seeds still training, and those that ended after evaluating at this step
+            seeds = sorted(running | {s for s, at in last.items() if at >= step})
+            values = active.periodic[step]
+            if not seeds or any(s not in values for s in seeds):
+                return
+            active.reported = step
+            value = self._aggregate([values[s] for s in seeds])
+            active.optuna_trial.report(value, step)
+            if active.optuna_trial.should_prune():
+                active.pruned = (
+                    f"pruned by the {self.spec.pruner.kind} pruner at step {step}: "
+                    f"periodic return {value:.4g} (objective.aggregate of seeds {seeds})"
+                )
+                self._stop(active, active.pruned, cancel=True)
+                return
+
     def _skip_rest(self, active: ActiveTrial) -> None:
         """A seed proved the trial doomed (``stability.stop_on``): its queued seeds never run, and
-        with ``stability.stop_siblings`` those already running are stopped (Ray: by a Tune stopper;
-        local: by their worker at the next update)."""
+        with ``stability.stop_siblings`` those already running are stopped."""
+        seeds = ", ".join(str(s) for s in active.unstable)
+        reason = f"seed {seeds} of this trial was found {next(iter(active.unstable.values()))}"
+        self._stop(active, reason, cancel=self.spec.stability.stop_siblings)
+
+    def _stop(self, active: ActiveTrial, reason: str, cancel: bool) -> None:
+        """End a trial early: its queued seeds never run and, with ``cancel``, its running ones are
+        stopped (Ray: by a Tune stopper; local: by their worker at the next update)."""
         running = self.pool.running(active.number)
-        if running and self.spec.stability.stop_siblings:
-            seeds = ", ".join(str(s) for s in active.unstable)
-            self.backend.cancel(running, f"seed {seeds} of this trial was found {next(iter(active.unstable.values()))}")
+        if running and cancel:
+            self.backend.cancel(running, reason)
         for config in self.pool.unqueue(active.number):
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
@@ -325,6 +366,9 @@ class Driver:
             p.failed += 1
         elif active.unstable:
             # Ended by its verdict: pruned in Optuna (samplers learn the region is bad), never scored.
+            # A verdict outranks a pruning that also ended it (recorded beside it).
+            if active.pruned:
+                trial.set_user_attr(keys.PRUNED, active.pruned)
             trial.set_user_attr(keys.OUTCOME, "unstable")
             self.study.tell(trial, state=TrialState.PRUNED)
             self._mlflow.append(
@@ -333,6 +377,19 @@ class Driver:
                 )
             )
             p.failed += 1
+        elif active.pruned:
+            trial.set_user_attr(keys.OUTCOME, "pruned")
+            trial.set_user_attr(keys.PRUNED, active.pruned)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            self._mlflow.append(
+                lambda: self.tracker.end_run(
+                    active.parent_run,
+                    "KILLED",
+                    tags={keys.OUTCOME: "pruned", keys.PRUNED: active.pruned} | tags,
+                    texts=texts,
+                )
+            )
+            p.pruned += 1
         else:
             value = self._aggregate(list(active.returns.values()))
             trial.set_user_attr(keys.OUTCOME, "complete")

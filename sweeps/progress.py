@@ -27,7 +27,8 @@ def _clock(seconds: float | None) -> str:
 def summary_line(p: Progress) -> str:
     best = "-" if p.best is None else f"{p.best:.2f} (trial {p.best_trial})"
     return (
-        f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed | best {best} | "
+        f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed"
+        f"{f', {p.pruned} pruned' if p.pruned else ''} | best {best} | "
         f"{verdict_counts(p.verdicts)}{_repairs(p)} | elapsed {_clock(time.monotonic() - p.started)} | "
         f"ETA {_clock(p.eta())}"
     )

@@ -70,7 +70,7 @@ class SweepResults:
     @property
     def finished(self) -> list[TrialRecord]:
         """The sampled trials that finished (repair attempts are not among them: see ``repairs``)."""
-        return [t for t in self.trials if t.outcome in ("complete", "unstable", "crashed") and t.repair_of is None]
+        return [t for t in self.trials if t.outcome in keys.OUTCOMES and t.repair_of is None]
 
     @property
     def repairs(self) -> list[TrialRecord]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from stability import keys
 from sweeps._yaml import dump_yaml
 from sweeps.driver import Progress
 from sweeps.errors import UsageError
@@ -141,7 +142,7 @@ def failing_trials(results: Any, wanted: list[int] | None) -> list[Any]:
             problems.append(f"trial {n} does not exist (trials 0-{len(results.trials) - 1})")
         elif t.repair_of is not None:
             problems.append(f"trial {n} is itself a repair attempt of trial {t.repair_of}")
-        elif t.outcome not in ("complete", "unstable", "crashed"):
+        elif t.outcome not in keys.OUTCOMES:
             problems.append(f"trial {n} has not finished ({t.outcome})")
         elif not t.failure_class:
             problems.append(f"trial {n} is healthy on every seed: there is nothing to repair")

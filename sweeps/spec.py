@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from stability.thresholds import DEFAULTS, ThresholdError, Thresholds
-from sweeps import algos, envs, knobs, samplers, schedules, scoring
+from sweeps import algos, envs, knobs, pruners, samplers, schedules, scoring
 from sweeps import space as sp
 from sweeps._yaml import YamlError, load_yaml
 from sweeps.algos import ACTIVATIONS, CLASS_KWARGS, MANAGED, SCHEDULED, class_name_problem
@@ -59,8 +59,23 @@ class SamplerSpec(_Model):
         return dict(self.model_extra or {})
 
 
+class PrunerSpec(_Model):
+    """Any of Optuna's pruners by name, fed by ``objective.eval_every``; other keys are the pruner's
+    own keyword arguments (its warm-up among them), checked against its signature."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: Literal["none", "median", "percentile", "successive_halving", "hyperband"] = "none"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class ObjectiveSpec(_Model):
     eval_episodes: PositiveInt = 10
+    # evaluate each seed every N env steps (0: only at the end) with the final evaluation's episodes;
+    # the trial's aggregate of those is what a pruner judges
+    eval_every: int = Field(0, ge=0)
     aggregate: str = "mean"  # see sweeps.scoring.AGGREGATES
     deterministic: bool = True
     eval_seed_offset: int = 1_000_000
@@ -155,6 +170,7 @@ class SweepSpec(_Model):
     workers: PositiveInt | None = None
     sampler: SamplerSpec = SamplerSpec()
     objective: ObjectiveSpec = ObjectiveSpec()
+    pruner: PrunerSpec = PrunerSpec()
     storage: StorageSpec = StorageSpec()
     tracking: TrackingSpec = TrackingSpec()
     stability: StabilitySpec = StabilitySpec()
@@ -349,6 +365,12 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
     for key in sorted(set(fixed) & set(dims)):
         issues.append(Issue(f"space.{key}", "also set in 'hyperparams'; set a hyperparameter in one place"))
     issues += _sampler_issues(spec, dims)
+    issues += [
+        Issue(path, message)
+        for path, message in pruners.problems(
+            spec.pruner.kind, spec.pruner.options, spec.total_timesteps, spec.objective.eval_every
+        )
+    ]
     issues += _stability_issues(spec)
     issues += _backend_issues(spec.backend)
     return issues

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from stability import keys
-from sweeps import samplers
+from sweeps import pruners, samplers
 from sweeps.errors import UsageError
 from sweeps.results import record
 from sweeps.spec import SweepSpec
@@ -26,6 +26,8 @@ _MUTABLE = ("trials", "workers", "tracking")
 def fingerprint(spec: SweepSpec) -> str:
     data = {k: v for k, v in spec.resolved().items() if k not in _MUTABLE}
     data["stability"].pop("repair", None)  # how failures are repaired does not change what was sampled
+    if data["pruner"] == {"kind": "none"} and data["objective"]["eval_every"] == 0:  # as before pruning existed
+        del data["pruner"], data["objective"]["eval_every"]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -42,7 +44,12 @@ def open_study(spec: SweepSpec) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(spec.optuna_url)
     study = optuna.create_study(
-        study_name=spec.name, storage=storage, sampler=make_sampler(spec), direction="maximize", load_if_exists=True
+        study_name=spec.name,
+        storage=storage,
+        sampler=make_sampler(spec),
+        pruner=pruners.build(spec.pruner.kind, spec.pruner.options, spec.total_timesteps),
+        direction="maximize",
+        load_if_exists=True,
     )
     mark = fingerprint(spec)
     stored = study.user_attrs.get(keys.FINGERPRINT)

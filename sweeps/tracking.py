@@ -158,13 +158,13 @@ class MlflowTracker:
             known = outcomes.get(int(tags.get(keys.TRIAL, -1)), {})
             outcome, seed = known.get("outcome", "interrupted"), tags.get(keys.SEED)
             metrics: list[Metric] = []
-            if outcome in ("complete", "crashed", "unstable") and seed is not None:
+            if outcome in keys.OUTCOMES and seed is not None:
                 value = known.get("returns", {}).get(int(seed))
                 if value is not None:
                     metrics.append(Metric("eval/mean_return", float(value), now, 0))
                     outcome, status = "complete", "FINISHED"
                 else:
-                    status = "FAILED" if outcome in ("crashed", "unstable") else "FINISHED"
+                    status = {"crashed": "FAILED", "unstable": "FAILED", "pruned": "KILLED"}.get(outcome, "FINISHED")
             elif outcome == "complete":
                 metrics.append(Metric("objective", float(known["value"]), now, 0))
                 status = "FINISHED"

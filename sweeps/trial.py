@@ -27,6 +27,7 @@ class TrialConfig:
     hyperparams: dict[str, Any]
     total_timesteps: int
     eval_episodes: int = 10
+    eval_every: int = 0  # evaluate every N env steps too, reported as PERIODIC_RETURN (0: only at the end)
     eval_seed: int = 1_000_000
     deterministic: bool = True
     torch_threads: int = 1
@@ -99,10 +100,16 @@ def _train(config: TrialConfig, reporter: Reporter, built: Any, env: Any, device
         _logger_to(reporter, train_lags=algos.info(config.algo).on_policy, min_gap=config.total_timesteps // MAX_POINTS)
     )
     watch = _stability_callback(config, built.max_grad_norm)
+    callback: Any = watch
+    if config.eval_every > 0:
+        from stable_baselines3.common.callbacks import CallbackList
+
+        wrap = lambda venv: knobs.wrap_eval_env(venv, built, env)  # noqa: E731
+        callback = CallbackList([watch, _periodic_eval(config, reporter, wrap)])
 
     started = time.perf_counter()
     try:
-        model.learn(total_timesteps=config.total_timesteps, log_interval=1, callback=watch)
+        model.learn(total_timesteps=config.total_timesteps, log_interval=1, callback=callback)
     except Exception as exc:
         # A crash the detectors recognise (torch's "Expected parameter scale ...") ends the
         # seed with that verdict instead of as a crash; anything else is a real crash.
@@ -132,6 +139,33 @@ def _train(config: TrialConfig, reporter: Reporter, built: Any, env: Any, device
         plot_png=_plot(watch, config),
         extra=_placement(device),
     )
+
+
+# The metric a seed's periodic evaluations are reported as (step: a multiple of eval_every).
+PERIODIC_RETURN = "eval/periodic_return"
+
+
+def _periodic_eval(config: TrialConfig, reporter: Reporter, wrap: Any) -> Any:
+    """Every ``eval_every`` env steps, the final evaluation's deterministic episodes on its
+    separately seeded env; reported at the multiple of ``eval_every`` just passed, so that every
+    seed of a trial reports the same steps whatever its rollout size."""
+    import numpy as np
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class PeriodicEval(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_at = config.eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_at and self.num_timesteps < config.total_timesteps:
+                at = self.num_timesteps - self.num_timesteps % config.eval_every
+                returns = evaluate(self.model, config, wrap)
+                reporter.metrics(at, {PERIODIC_RETURN: float(np.mean(returns))})
+                self.next_at = at + config.eval_every
+            return True
+
+    return PeriodicEval()
 
 
 def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any:

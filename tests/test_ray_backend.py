@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.helpers import REPO, become_subreaper, descendants, tiny_spec
+from tests.helpers import REPO, become_subreaper, descendants, split_runs, stores, tiny_spec
 
 ray = pytest.importorskip("ray")
 
@@ -225,6 +225,52 @@ def test_a_doomed_trial_stops_its_running_seeds(backend: str, workdir: Path, req
     assert set(seeds) == {"unstable", "skipped"}
     assert seeds["unstable"].data.tags["stability.stopped_by"] == "nan_scale"
     assert "found nan_scale" in seeds["skipped"].data.tags["rlsweep.cancelled"]
+
+
+@pytest.mark.parametrize("backend", ["ray", "local"])
+def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: Path, request) -> None:
+    """CartPole with one good and two useless learning rates: the good one runs first (grid seed 1)
+    and finishes; each useless one is behind it at the first evaluation past the warm-up, so it is
+    pruned there and both its seeds are stopped, on either backend."""
+    if backend == "ray":
+        request.getfixturevalue("logical_gpu_ray")
+    import io
+
+    from rich.console import Console
+
+    from sweeps import spec as spec_module
+    from sweeps.runner import run_sweep
+
+    name = f"prune_{backend}"
+    spec = spec_module.from_dict(
+        tiny_spec(
+            name,
+            env={"id": "CartPole-v1", "n_envs": 1},
+            total_timesteps=6144,
+            hyperparams={"n_steps": 256, "batch_size": 64, "n_epochs": 4},
+            space={"learning_rate": {"type": "choice", "values": [3e-3, 2e-8, 1e-8]}},
+            sampler={"kind": "grid", "seed": 1},
+            objective={"eval_every": 1024, "eval_episodes": 3},
+            pruner={"kind": "median", "n_startup_trials": 1, "n_warmup_steps": 1500},
+            backend={"kind": backend},
+        )
+    )
+    run_sweep(spec, Console(file=io.StringIO()), workers=2)
+    client, experiment, study = stores(workdir, name)
+    good, *useless = study.get_trials()
+    assert good.params["learning_rate"] == 3e-3 and good.state.name == "COMPLETE"  # the grid order relied on
+    assert sorted(good.intermediate_values) == [1024, 2048, 3072, 4096, 5120]
+    for trial in useless:
+        assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "pruned", trial.user_attrs
+        assert sorted(trial.intermediate_values) == [1024, 2048]  # the warm-up spared 1024
+        assert trial.intermediate_values[2048] < good.intermediate_values[2048]
+        assert trial.user_attrs["rlsweep.pruned"].startswith("pruned by the median pruner at step 2048")
+    _, seed_runs = split_runs(client, experiment.experiment_id)
+    stopped = [r for r in seed_runs if r.data.tags["rlsweep.trial"] != str(good.number)]
+    assert len(stopped) == 4 and {r.data.tags["rlsweep.outcome"] for r in stopped} == {"skipped"}
+    assert all(r.info.status == "KILLED" and "pruned by" in r.data.tags["rlsweep.cancelled"] for r in stopped)
+    for run in stopped:  # stopped there (at its next update or report), not trained on to the end
+        assert max(m.step for m in client.get_metric_history(run.info.run_id, "eval/periodic_return")) <= 3072
 
 
 def test_backend_section_is_checked(write_spec) -> None:

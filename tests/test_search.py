@@ -10,12 +10,14 @@ from typing import Any
 import optuna
 import pytest
 
-from sweeps import samplers
+from stability import keys
+from sweeps import pruners, samplers
 from sweeps import study as st
+from sweeps.backends import Metrics
 from sweeps.driver import Driver
 from sweeps.errors import SpecError
 from sweeps.spec import from_dict
-from sweeps.trial import TrialConfig
+from sweeps.trial import PERIODIC_RETURN, TrialConfig
 from tests.fakes import Recorder, Scripted, result
 
 SPACE = {
@@ -130,3 +132,113 @@ def test_objective_aggregates_that_are_refused_say_what_is_allowed(rule: str):
 
 def _base() -> dict[str, Any]:
     return {"name": "agg", "env": {"id": "Pendulum-v1"}, "algo": "PPO", "total_timesteps": 1000}
+
+
+# --- pruning --------------------------------------------------------------------------------------
+def _periodic(good: set[int]) -> Any:
+    """Seeds report a periodic return at 100, 200, 300 (high in trials ``good``), then run on
+    until cancelled, unless their trial is good (then they finish)."""
+
+    def script(config: TrialConfig, attempt: int) -> list:
+        level = 100.0 if config.trial in good else 1.0
+        reports = [Metrics(step, {PERIODIC_RETURN: level + config.seed}) for step in (100, 200, 300)]
+        return [*reports, result(mean_return=level)] if config.trial in good else reports
+
+    return script
+
+
+def _pruned_sweep(script: Any, pruner: dict[str, Any], trials: int = 3, **extra: Any):
+    spec = from_dict(
+        {
+            "name": "pruned",
+            "env": {"id": "Pendulum-v1"},
+            "algo": "PPO",
+            "total_timesteps": 400,
+            "seeds": 2,
+            "trials": trials,
+            "space": {"learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-2}},
+            "objective": {"eval_every": 100},
+            "pruner": pruner,
+        }
+        | extra
+    )
+    study = optuna.create_study(
+        direction="maximize", pruner=pruners.build(spec.pruner.kind, spec.pruner.options, spec.total_timesteps)
+    )
+    backend, tracker = Scripted(script, capacity=2), Recorder()
+    return Driver(spec, backend, tracker, study).run(), study, backend, tracker
+
+
+def test_a_trial_behind_the_median_is_pruned_and_its_seeds_stopped():
+    progress, study, backend, tracker = _pruned_sweep(
+        _periodic(good={0}), {"kind": "median", "n_startup_trials": 1, "n_warmup_steps": 150}
+    )
+    first, second, third = study.get_trials()
+    assert first.state.name == "COMPLETE" and first.intermediate_values == {100: 100.5, 200: 100.5, 300: 100.5}
+    for trial in (second, third):
+        assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "pruned"
+        # warm-up: step 100 was told but could not prune; step 200 (both seeds in) did
+        assert trial.intermediate_values == {100: 1.5, 200: 1.5}
+        assert trial.user_attrs[keys.PRUNED].startswith("pruned by the median pruner at step 200")
+    assert sorted(key for keys_, _ in backend.cancelled for key in keys_) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert tracker.run("trial-1")["end"] == "KILLED" and tracker.run("trial-1")["tags"]["rlsweep.outcome"] == "pruned"
+    assert tracker.run("trial-1-seed-0")["tags"]["rlsweep.cancelled"].startswith("pruned by the median pruner")
+    assert progress.pruned == 2 and progress.failed == 0 and progress.done == 3
+
+
+def test_without_a_pruner_periodic_returns_are_logged_and_nothing_is_pruned():
+    progress, study, backend, tracker = _pruned_sweep(_periodic(good={0, 1}), {"kind": "none"}, trials=2)
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "COMPLETE"] and backend.cancelled == []
+    assert all(t.intermediate_values == {} for t in study.get_trials())
+    assert tracker.run("trial-0-seed-1")["steps"] == [100, 200, 300]
+
+
+def test_a_verdict_and_a_pruning_are_both_recorded_the_verdict_first():
+    def script(config: TrialConfig, attempt: int) -> list:
+        if config.trial == 0:
+            return [Metrics(s, {PERIODIC_RETURN: 50.0}) for s in (100, 200)] + [result(mean_return=50.0)]
+        if config.seed == 0:  # behind at 200, then stopped by the pruner, but it is found dead first
+            return [Metrics(s, {PERIODIC_RETURN: 0.0}) for s in (100, 200)]
+        return [
+            Metrics(100, {PERIODIC_RETURN: 0.0}),
+            Metrics(200, {PERIODIC_RETURN: 0.0}),
+            result("dead_policy_gradient", stopped_by="dead_policy_gradient"),
+        ]
+
+    _, study, _, _ = _pruned_sweep(
+        script,
+        {"kind": "median", "n_startup_trials": 1, "n_warmup_steps": 0},
+        trials=2,
+        stability={"stop_on": ["dead_policy_gradient"]},
+    )
+    second = study.get_trials()[1]
+    assert second.state.name == "PRUNED" and second.user_attrs["rlsweep.outcome"] == "unstable"
+    assert second.user_attrs["rlsweep.verdict"] == "dead_policy_gradient"
+    assert second.user_attrs[keys.PRUNED].startswith("pruned by the median pruner at step 100")
+
+
+@pytest.mark.parametrize(
+    ("pruner", "objective", "path", "says"),
+    [
+        ({"kind": "median"}, {}, "objective.eval_every", "needs periodic evaluations"),
+        ({"kind": "median"}, {"eval_every": 5000}, "objective.eval_every", "no evaluation before the end"),
+        ({"kind": "median", "n_warmup_step": 3}, {"eval_every": 100}, "pruner.n_warmup_step", "'n_warmup_steps'"),
+        ({"kind": "median", "n_warmup_steps": 1000}, {"eval_every": 100}, "pruner.n_warmup_steps", "nothing would"),
+        ({"kind": "median", "n_startup_trials": 0}, {"eval_every": 100}, "pruner.n_startup_trials", "at least 1"),
+        ({"kind": "percentile", "percentile": 150.0}, {"eval_every": 100}, "pruner", "refused"),
+        ({"kind": "hyperband", "min_resource": 2000}, {"eval_every": 100}, "pruner.min_resource", "not below"),
+        ({"kind": "none", "n_startup_trials": 3}, {}, "pruner.n_startup_trials", "takes no options"),
+        ({"kind": "medain"}, {"eval_every": 100}, "pruner.kind", "did you mean 'median'"),
+    ],
+)
+def test_bad_pruner_settings_are_refused_with_the_key_and_what_is_allowed(pruner, objective, path, says):
+    with pytest.raises(SpecError) as err:
+        from_dict({**_base(), "pruner": pruner, "objective": objective})
+    issues = {i.path: i.message for i in err.value.issues}
+    assert path in issues and says in issues[path], issues
+
+
+def test_the_default_warm_up_waits_a_third_of_training_and_five_trials():
+    assert pruners.settings("median", {}, 30000) == {"n_startup_trials": 5, "n_warmup_steps": 10000}
+    assert pruners.settings("percentile", {"n_warmup_steps": 0, "percentile": 25.0}, 30000)["n_warmup_steps"] == 0
+    assert pruners.settings("hyperband", {}, 30000) == {}
