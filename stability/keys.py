@@ -12,6 +12,7 @@ OUTCOME = "rlsweep.outcome"  # one of OUTCOMES, or interrupted (| skipped on a s
 # COMPLETE, PRUNED (by its verdict, stability.stop_on), PRUNED (by the pruner) and FAIL.
 OUTCOMES = ("complete", "unstable", "pruned", "crashed")
 PRUNED = "rlsweep.pruned"  # why and at which step the pruner stopped the trial
+WARM_START = "rlsweep.warm_start"  # the sweep a trial's config or knowledge came from (warm_start.from)
 VERDICT = "rlsweep.verdict"  # the trial's verdict
 VERDICTS = "rlsweep.verdicts"  # {seed: verdict}
 RETURNS = "rlsweep.returns"  # {seed: mean evaluation return}

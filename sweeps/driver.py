@@ -584,7 +584,7 @@ class Driver:
         decoded = dict(plan.params)
         for knob, value in attempt.patch.items():
             dist = dists.get(knob)
-            if dist is not None and _holds(dist, value):
+            if dist is not None and sp.holds(dist, value):
                 params[knob], decoded[knob] = value, value
             else:
                 label = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
@@ -665,13 +665,6 @@ def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     worst = min(failing, key=lambda v: rank(v["verdict"]))
     onsets = [v["onset_step"] for v in failing if v["verdict"] == worst["verdict"] and v["onset_step"] is not None]
     return {"verdict": worst["verdict"], "onset_step": min(onsets) if onsets else None, "failed_seeds": len(failing)}
-
-
-def _holds(dist: Any, value: Any) -> bool:
-    try:
-        return bool(dist._contains(dist.to_internal_repr(value)))
-    except (ValueError, TypeError):
-        return False
 
 
 def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:

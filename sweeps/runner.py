@@ -53,11 +53,13 @@ def sweep_lock(storage_dir: Path) -> Iterator[None]:
 
 
 def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, repair: Any = None) -> Progress:
-    from sweeps import algos, backends, samplers, study
+    from sweeps import algos, backends, results, samplers, study
     from sweeps.driver import Driver
     from sweeps.progress import LiveDisplay, trials_table
     from sweeps.tracking import BackgroundTracker
 
+    if spec.warm_start is not None:  # refused before anything is written
+        results.sweep_folder(spec.warm_start.from_)
     folders = [spec.storage_dir]
     if spec.mlflow_uri.startswith("sqlite:///"):
         folders.append(Path(spec.mlflow_uri[len("sqlite:///") :]).parent)
@@ -85,7 +87,7 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
         with be:
             (spec.storage_dir / "spec.yaml").write_text(dump_yaml(spec.resolved()))
             # the spec as validated, loadable again (export re-runs configs from it)
-            (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json")))
+            (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json", by_alias=True)))
             n_workers, backend = be.capacity, _describe(spec)
             tracker = BackgroundTracker(spec.mlflow_uri, spec.experiment, spec.name, spec.storage_dir / "artifacts")
             the_study = study.open_study(spec)
@@ -97,6 +99,19 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
             )
             if note := samplers.fallback(spec.sampler.kind, spec.dims):
                 console.print(f"note: {note}", highlight=False, markup=False)
+            if started_from := study.warm_start(the_study, spec):
+                console.print(
+                    f"warm start from '{started_from.source}': {started_from.enqueued} of its best safe "
+                    f"configs run first; the sampler learns from its {started_from.seen} finished trials",
+                    highlight=False,
+                )
+                if started_from.dropped:
+                    console.print(
+                        f"warning: params of '{started_from.source}' not in this space (or outside it), not used: "
+                        f"{', '.join(started_from.dropped)}",
+                        highlight=False,
+                        markup=False,
+                    )
             driver = Driver(spec, be, tracker, the_study, repair=repair)
             with LiveDisplay(console) as display:
                 driver.on_change = display

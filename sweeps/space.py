@@ -225,3 +225,11 @@ def flatten(nested: Mapping, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def holds(dist: Any, value: Any) -> bool:
+    """Whether an Optuna distribution contains ``value`` (an Optuna-side value, as in ``trial.params``)."""
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (ValueError, TypeError):
+        return False

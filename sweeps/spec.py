@@ -88,6 +88,16 @@ class ObjectiveSpec(_Model):
         return value
 
 
+class WarmStartSpec(_Model):
+    """``warm_start: {from: OTHER_SWEEP, top: 5}``: a new sweep first runs the other sweep's ``top``
+    best safe configs, and its sampler sees the other sweep's finished trials (their params that
+    exist in this space, with their values)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    from_: str = Field(alias="from")
+    top: int = Field(5, ge=0)
+
+
 class StorageSpec(_Model):
     dir: str | None = None
 
@@ -171,6 +181,7 @@ class SweepSpec(_Model):
     sampler: SamplerSpec = SamplerSpec()
     objective: ObjectiveSpec = ObjectiveSpec()
     pruner: PrunerSpec = PrunerSpec()
+    warm_start: WarmStartSpec | None = None
     storage: StorageSpec = StorageSpec()
     tracking: TrackingSpec = TrackingSpec()
     stability: StabilitySpec = StabilitySpec()
@@ -223,7 +234,7 @@ class SweepSpec(_Model):
 
     def resolved(self) -> dict[str, Any]:
         """The spec with every default filled in, as plain data (logged as an artifact)."""
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", by_alias=True)
         data.update(seeds=self.seed_list, trials=self.n_trials)
         data["storage"] = {"dir": str(self.storage_dir), "optuna": self.optuna_url}
         data["tracking"] = {"mlflow_uri": self.mlflow_uri, "experiment": self.experiment}
@@ -373,6 +384,10 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
     ]
     issues += _stability_issues(spec)
     issues += _backend_issues(spec.backend)
+    if spec.warm_start is not None and spec.sampler.kind == "grid":
+        issues.append(Issue("warm_start", "the grid sampler runs its own points; use tpe, random, cmaes, gp, ..."))
+    if spec.warm_start is not None and spec.warm_start.from_ == spec.name:
+        issues.append(Issue("warm_start.from", "a sweep cannot warm-start from itself (it resumes on its own)"))
     return issues
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from stability import keys
-from sweeps import pruners, samplers
+from sweeps import pruners, results, samplers
+from sweeps import space as sp
 from sweeps.errors import UsageError
 from sweeps.results import record
 from sweeps.spec import SweepSpec
@@ -28,6 +30,8 @@ def fingerprint(spec: SweepSpec) -> str:
     data["stability"].pop("repair", None)  # how failures are repaired does not change what was sampled
     if data["pruner"] == {"kind": "none"} and data["objective"]["eval_every"] == 0:  # as before pruning existed
         del data["pruner"], data["objective"]["eval_every"]
+    if data["warm_start"] is None:
+        del data["warm_start"]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -86,7 +90,7 @@ def counted(study: Any) -> list[Any]:
     return [
         t
         for t in study.get_trials(deepcopy=False, states=done)
-        if (r := record(t)).outcome != "interrupted" and r.repair_of is None
+        if (r := record(t)).outcome in keys.OUTCOMES and r.repair_of is None
     ]
 
 
@@ -97,3 +101,55 @@ def outcomes(study: Any) -> dict[int, dict[str, Any]]:
         if t.state.is_finished() and (r := record(t)).repair_of is None:  # repairs have runs of their own
             out[r.number] = {"outcome": r.outcome, "value": r.value, "returns": r.returns, "error": r.error}
     return out
+
+
+@dataclass
+class WarmStart:
+    """What ``warm_start`` gave a new sweep."""
+
+    source: str
+    enqueued: int  # the source's best safe configs, run first
+    seen: int  # the source's finished trials added for the sampler to learn from
+    dropped: list[str]  # the source's params this space has not (or not with that value)
+
+
+def warm_start(study: Any, spec: SweepSpec) -> WarmStart | None:
+    """Seed a new sweep's study from ``spec.warm_start.from``: its finished trials as finished
+    trials of this study (outcome ``warm_start``: never counted, exported or tracked; the sampler
+    learns from them), and its ``top`` best safe configs queued to run first. A study that already
+    has trials was warm-started when it began, or is resuming: it is left as it is."""
+    import optuna
+
+    settings = spec.warm_start
+    if settings is None or study.get_trials(deepcopy=False):
+        return None
+    source = results.load(settings.from_)
+    dists = sp.to_optuna(spec.dims)
+    dropped: set[str] = set()
+
+    def fit(params: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in params.items() if k in dists and sp.holds(dists[k], v)}
+        dropped.update(set(params) - set(kept))
+        return kept
+
+    by_number = {t.number: t for t in source.study.get_trials(deepcopy=False)}
+    seen = 0
+    for r in source.finished:
+        trial = by_number[r.number]
+        params = fit(trial.params)
+        if r.outcome != "complete" or trial.value is None or not params:
+            continue
+        attrs = {keys.OUTCOME: "warm_start", keys.WARM_START: settings.from_, keys.PARAMS: r.params}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params, distributions={k: dists[k] for k in params}, value=trial.value, user_attrs=attrs
+            )
+        )
+        seen += 1
+    enqueued = 0
+    for r in source.safe()[: settings.top]:
+        params = fit(by_number[r.number].params)
+        if params:
+            study.enqueue_trial(params, user_attrs={keys.WARM_START: f"{settings.from_} trial {r.number}"})
+            enqueued += 1
+    return WarmStart(settings.from_, enqueued, seen, sorted(dropped))

@@ -242,3 +242,70 @@ def test_the_default_warm_up_waits_a_third_of_training_and_five_trials():
     assert pruners.settings("median", {}, 30000) == {"n_startup_trials": 5, "n_warmup_steps": 10000}
     assert pruners.settings("percentile", {"n_warmup_steps": 0, "percentile": 25.0}, 30000)["n_warmup_steps"] == 0
     assert pruners.settings("hyperband", {}, 30000) == {}
+
+
+# --- warm starts ----------------------------------------------------------------------------------
+def _lr_return(config: TrialConfig, attempt: int) -> list:
+    return [result(mean_return=-abs(math.log10(config.hyperparams["learning_rate"]) + 3.0))]
+
+
+def _run_on_disk(doc: dict[str, Any]) -> tuple[Any, Any]:
+    """The sweep ``doc`` driven on a scripted backend, with its study and sweep.yaml on disk as
+    ``rlsweep run`` leaves them (so another sweep can warm-start from it)."""
+    from sweeps._yaml import dump_yaml
+
+    spec = from_dict(doc)
+    spec.storage_dir.mkdir(parents=True, exist_ok=True)
+    (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json", by_alias=True)))
+    study = st.open_study(spec)
+    warm = st.warm_start(study, spec)
+    Driver(spec, Scripted(_lr_return), Recorder(), study).run()
+    return study, warm
+
+
+def test_a_sweep_warm_starts_from_another_ones_best_safe_configs_and_its_knowledge(workdir):
+    source, _ = _run_on_disk(
+        {
+            **_base(),
+            "name": "src",
+            "trials": 6,
+            "sampler": {"kind": "random", "seed": 0},
+            "space": {
+                "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-1},
+                "n_epochs": {"type": "int", "low": 3, "high": 10},
+            },
+        }
+    )
+    best = sorted(source.get_trials(), key=lambda t: -t.value)[:2]
+    doc = {
+        **_base(),
+        "name": "dst",
+        "trials": 3,
+        "sampler": {"kind": "tpe", "seed": 0},
+        "space": {
+            "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-1},
+            "gamma": {"type": "uniform", "low": 0.9, "high": 0.999},
+        },
+        "warm_start": {"from": "src", "top": 2},
+    }
+    study, warm = _run_on_disk(doc)
+    assert warm == st.WarmStart("src", enqueued=2, seen=6, dropped=["n_epochs"])
+    trials = study.get_trials()
+    learned = [t for t in trials if t.user_attrs.get("rlsweep.outcome") == "warm_start"]
+    assert len(learned) == 6 and all(set(t.params) == {"learning_rate"} for t in learned)
+    own = [t for t in trials if t not in learned]
+    assert [t.params["learning_rate"] for t in own[:2]] == [t.params["learning_rate"] for t in best]
+    assert own[0].user_attrs[keys.WARM_START] == f"src trial {best[0].number}"
+    assert [t.number for t in st.counted(study)] == [t.number for t in own] and len(own) == 3
+    assert st.warm_start(study, from_dict(doc)) is None  # a resumed sweep is not warm-started again
+
+
+def test_warm_start_settings_are_checked(write_spec, cli, workdir):
+    with pytest.raises(SpecError, match="warm_start: the grid sampler"):
+        from_dict({**_base(), "space": GRID, "sampler": {"kind": "grid"}, "warm_start": {"from": "x"}})
+    with pytest.raises(SpecError, match="warm_start.from: a sweep cannot warm-start from itself"):
+        from_dict({**_base(), "warm_start": {"from": "agg"}})
+    write_spec({**_base(), "space": SPACE, "warm_start": {"from": "never_ran"}})
+    refused = cli("run", "sweep.yaml")
+    assert refused.returncode == 2 and "no sweep named 'never_ran'" in refused.stderr
+    assert not (workdir / "results" / "agg").exists()
