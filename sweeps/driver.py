@@ -45,6 +45,7 @@ class ActiveTrial:
     workers: dict[int, str] = field(default_factory=dict)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
+    train_seconds: dict[int, float] = field(default_factory=dict)
     errors: dict[int, Failure] = field(default_factory=dict)
     verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seed -> Verdict.to_dict()
     unstable: dict[int, str] = field(default_factory=dict)  # seed -> class that ended it
@@ -272,10 +273,17 @@ class Driver:
             )
             return
         active.returns[seed] = result.mean_return
+        active.train_seconds[seed] = result.train_seconds
         metrics |= {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
         tags[keys.OUTCOME] = "complete"
         self._mlflow.append(
             lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
+        )
+
+    def _values(self, returns: dict[int, float], train_seconds: dict[int, float]) -> list[float]:
+        """The trial's objective values (one, or one per ``objective.directions`` metric)."""
+        return scoring.objective_values(
+            self.spec.objective.names, self._aggregate, list(returns.values()), list(train_seconds.values())
         )
 
     def _report(self, active: ActiveTrial) -> None:
@@ -391,10 +399,13 @@ class Driver:
             )
             p.pruned += 1
         else:
-            value = self._aggregate(list(active.returns.values()))
+            values = self._values(active.returns, active.train_seconds)
+            value = values[0]
             trial.set_user_attr(keys.OUTCOME, "complete")
-            self.study.tell(trial, value)
+            self.study.tell(trial, values if len(values) > 1 else value)
             metrics = {"objective": value} | {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
+            if len(values) > 1:
+                metrics |= {f"objective/{n}": v for n, v in zip(self.spec.objective.names, values, strict=True)}
             self._mlflow.append(
                 lambda: self.tracker.end_run(
                     active.parent_run,
@@ -543,7 +554,12 @@ class Driver:
         attempt.verdicts, attempt.returns, attempt.crashed = names, dict(active.returns), sorted(active.errors)
         attempt.verdict, attempt.run_id = label, active.parent_run
         attempt.offered = rp.candidates(active.verdicts)
-        attempt.state = {"outcome": outcome, "returns": dict(active.returns), "verdicts": active.verdicts}
+        attempt.state = {
+            "outcome": outcome,
+            "returns": dict(active.returns),
+            "train_seconds": dict(active.train_seconds),
+            "verdicts": active.verdicts,
+        }
         ok, why = plan.passes(attempt)
         attempt.result = why
         metrics = {f"eval/return_seed_{s}": r for s, r in active.returns.items()}
@@ -603,13 +619,13 @@ class Driver:
         }
         if attempt.confirm is not None:
             attrs[keys.CONFIRM] = attempt.confirm
-        value = (
-            self._aggregate(list(state_of["returns"].values()))
+        values = (
+            self._values(state_of["returns"], state_of.get("train_seconds", {}))
             if state_of["outcome"] == "complete" and state_of["returns"]
-            else math.nan
+            else [math.nan]
         )
-        if math.isfinite(value):
-            frozen = optuna.trial.create_trial(params=params, distributions=dists, value=value, user_attrs=attrs)
+        if all(math.isfinite(v) for v in values):
+            frozen = optuna.trial.create_trial(params=params, distributions=dists, values=values, user_attrs=attrs)
         else:
             state = TrialState.FAIL if state_of["outcome"] == "crashed" else TrialState.PRUNED
             frozen = optuna.trial.create_trial(params=params, distributions=dists, state=state, user_attrs=attrs)
@@ -650,9 +666,9 @@ class Driver:
                         self.tracker.end_run(run_id, "KILLED", tags={keys.OUTCOME: "interrupted"})
 
     def _update_best(self, trials: list[Any]) -> None:
-        complete = [t for t in trials if t.value is not None and t.state.name == "COMPLETE"]
+        complete = [r for r in map(record, trials) if r.value is not None and r.state == "COMPLETE"]
         if complete:
-            best = max(complete, key=lambda t: t.value)
+            best = max(complete, key=lambda r: r.value or 0.0)
             self.progress.best, self.progress.best_trial = best.value, best.number
 
 

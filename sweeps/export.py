@@ -208,6 +208,21 @@ def export(
         "configs": [entry(res, rank, t, fmt) for rank, t in enumerate(safe[:top], 1)],
         "safe_ranges": safe_ranges(res),
     }
+    if res.spec.objective.directions:
+        doc["pareto_front"] = {
+            "objectives": {
+                n: "maximize" if up else "minimize"
+                for n, up in zip(res.spec.objective.names, res.spec.objective.maximize, strict=True)
+            },
+            "configs": [
+                {
+                    "trial": t.number,
+                    "values": dict(zip(res.spec.objective.names, t.values or [], strict=True)),
+                    "params": t.params,
+                }
+                for t in res.pareto()
+            ],
+        }
     if confirm_seeds and safe:
         checked = confirm(res, [t for t in safe[:top] if t.confirm is None], confirm_seeds, workers)
         checked |= {t.number: t.confirm for t in safe[:top] if t.confirm is not None}  # a repair's own check

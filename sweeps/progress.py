@@ -82,8 +82,8 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
     table = Table(title=title, title_justify="left")
     for column in ("trial", "outcome", "verdict", "objective", "returns per seed", "params"):
         table.add_column(column, overflow="fold")
-    ranked = sorted(trials, key=lambda t: (t.value is None, -(t.value or 0.0), t.number))
-    for r in map(record, ranked[:limit]):
+    records = sorted(map(record, trials), key=lambda r: (r.value is None, -(r.value or 0.0), r.number))
+    for r in records[:limit]:
         outcome = r.outcome
         returns = ", ".join(f"{v:.1f}" for v in r.returns.values())
         text = ", ".join(f"{k}={f'{v:.4g}' if isinstance(v, float) else json.dumps(v)}" for k, v in r.params.items())
@@ -93,6 +93,6 @@ def trials_table(trials: list[Any], title: str, limit: int | None = None) -> Tab
             text = (text + "; " if text else "") + f"patch: {patch}"
         if r.error:
             text += f"\n[red]{r.error[:300]}[/red]"
-        value = "-" if r.value is None else f"{r.value:.2f}"
+        value = "-" if r.values is None else ", ".join(f"{v:.2f}" for v in r.values)
         table.add_row(str(r.number), outcome, r.verdict or "-", value, returns or "-", text or "-")
     return table

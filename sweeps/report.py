@@ -157,6 +157,39 @@ def verdict_bars(res: SweepResults, path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def pareto_plot(res: SweepResults, path: Path) -> None:
+    """The first two objectives of every complete trial, the safe Pareto front joined up."""
+    names = res.spec.objective.names
+    done = [t for t in res.finished if t.values and all(math.isfinite(v) for v in t.values)]
+    front = res.pareto()
+    fig = _figure(6, 4.5)
+    ax = fig.add_subplot()
+    for verdict in sorted({label(t) for t in done}):
+        chosen = [t for t in done if label(t) == verdict]
+        ax.scatter(
+            [(t.values or [0, 0])[1] for t in chosen],
+            [(t.values or [0, 0])[0] for t in chosen],
+            s=28,
+            alpha=0.7,
+            color=COLOURS.get(verdict, "#000"),
+            label=verdict,
+        )
+    if front:
+        line = sorted(((t.values or [0, 0])[1], (t.values or [0, 0])[0]) for t in front)
+        ax.plot([x for x, _ in line], [y for _, y in line], "k--", lw=1, label="Pareto front (safe configs)")
+        for t in front:
+            ax.annotate(str(t.number), ((t.values or [0, 0])[1], (t.values or [0, 0])[0]), fontsize=7)
+    ax.set_xlabel(f"{names[1]} ({'max' if res.spec.objective.maximize[1] else 'min'})")
+    ax.set_ylabel(f"{names[0]} ({'max' if res.spec.objective.maximize[0] else 'min'})")
+    ax.set_title(f"{res.spec.name}: objectives of complete trials", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=90)
+
+
+def figures(res: SweepResults) -> tuple[str, ...]:
+    return FIGURES + (("pareto.png",) if res.spec.objective.directions else ())
+
+
 def importance_bars(imp: dict[str, dict[str, float]], path: Path) -> None:
     fig = _figure(7, 3.8)
     ax = fig.add_subplot()
@@ -263,11 +296,14 @@ def build(name: str, console: Console) -> Path:
     importance_bars(imp, folder / "importance.png")
     wanted = ([res.safe()[0].number] if res.safe() else []) + [t.number for t in res.finished if t.failure_class][:3]
     curves(res, curve_points(res, wanted), folder / "curves.png")
+    if res.spec.objective.directions:
+        pareto_plot(res, folder / "pareto.png")
     page = folder / "report.html"
     page.write_text(html_page(res, imp, ranges))
     log_to_mlflow(res, folder)
     console.print(
-        f"wrote {page} and {', '.join(FIGURES)}; logged to MLflow run 'report' of experiment '{res.spec.experiment}'",
+        f"wrote {page} and {', '.join(figures(res))}; logged to MLflow run 'report' of experiment "
+        f"'{res.spec.experiment}'",
         highlight=False,
     )
     return page
@@ -376,7 +412,7 @@ def html_page(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[
         if repairs
         else ""
     )
-    figures = "".join(f'<figure><img src="{f}" alt="{f}"><figcaption>{f}</figcaption></figure>' for f in FIGURES)
+    images = "".join(f'<figure><img src="{f}" alt="{f}"><figcaption>{f}</figcaption></figure>' for f in figures(res))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rlsweep report: {html.escape(res.spec.name)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
@@ -389,7 +425,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px}}img{{max-width:100%}}</style></hea
 <table><tr><th>trial</th><th>score</th><th>params</th></tr>{best}</table>
 <h2>Safe ranges</h2><table><tr><th>hyperparameter</th><th>safe</th><th>outside</th></tr>{range_rows}</table>
 {repair_table}
-<h2>Figures</h2>{figures}
+<h2>Figures</h2>{images}
 </body></html>
 """
 
@@ -411,6 +447,6 @@ def log_to_mlflow(res: SweepResults, folder: Path) -> None:
         run_id = client.create_run(
             experiment.experiment_id, run_name="report", tags={keys.KIND: "report", keys.SWEEP: res.spec.name}
         ).info.run_id
-    for name in (*FIGURES, "report.html"):
+    for name in (*figures(res), "report.html"):
         client.log_artifact(run_id, str(folder / name), artifact_path="report")
     client.set_terminated(run_id, "FINISHED")

@@ -12,7 +12,7 @@ from typing import Any
 from stability import keys
 from sweeps import spec as spec_module
 from sweeps.errors import UsageError
-from sweeps.scoring import robust_score
+from sweeps.scoring import pareto_front, robust_score
 
 # The robust score that ranks configs: mean minus (population) standard deviation of the
 # per-seed evaluation returns. It rewards configs that are good on every seed, not lucky on one;
@@ -24,12 +24,13 @@ FEW_SEEDS = 3
 class TrialRecord:
     number: int
     state: str  # COMPLETE / PRUNED / FAIL / RUNNING
-    outcome: str  # complete / unstable / crashed / interrupted / running
+    outcome: str  # one of keys.OUTCOMES, interrupted, warm_start or running
     params: dict[str, Any]  # the sampled values, by dotted name
     returns: dict[int, float] = field(default_factory=dict)
     verdicts: dict[int, str] = field(default_factory=dict)
     verdict: str | None = None
-    value: float | None = None
+    value: float | None = None  # the objective (a multi-objective sweep's return)
+    values: list[float] | None = None  # every objective value, in objective.names' order
     error: str = ""
     repair_of: int | None = None  # a repair attempt: the failing trial it repairs
     patch: dict[str, Any] = field(default_factory=dict)  # the repair's knob patch
@@ -83,6 +84,15 @@ class SweepResults:
         ok = [t for t in self.repairs if t.safe(n) and (t.confirm is None or t.confirm.get("safe"))]
         return sorted(ok, key=lambda t: (-t.score, t.number))
 
+    def pareto(self) -> list[TrialRecord]:
+        """A multi-objective sweep's Pareto front among its safe configs (none dominates another
+        in every objective.directions metric); [] for a single objective."""
+        if self.spec.objective.directions is None:
+            return []
+        safe = {t.number: t for t in self.safe() if t.values}
+        front = pareto_front([(n, t.values or []) for n, t in safe.items()], self.spec.objective.maximize)
+        return sorted((safe[n] for n in front), key=lambda t: (-(t.value or 0.0), t.number))
+
     def safe(self, with_repairs: bool = False) -> list[TrialRecord]:
         """Safe configs, best robust score first; ``with_repairs`` adds the repaired configs."""
         n = len(self.spec.seed_list)
@@ -128,7 +138,8 @@ def record(t: Any) -> TrialRecord:
         returns={int(k): float(v) for k, v in attrs.get(keys.RETURNS, {}).items()},
         verdicts={int(k): v for k, v in attrs.get(keys.VERDICTS, {}).items()},
         verdict=attrs.get(keys.VERDICT),
-        value=t.value,
+        value=t.values[0] if t.values else None,
+        values=list(t.values) if t.values else None,
         error=attrs.get(keys.ERROR, ""),
         repair_of=attrs.get(keys.REPAIR_OF),
         patch=dict(attrs.get(keys.REPAIR_PATCH) or {}),

@@ -76,6 +76,31 @@ class ObjectiveSpec(_Model):
     # evaluate each seed every N env steps (0: only at the end) with the final evaluation's episodes;
     # the trial's aggregate of those is what a pruner judges
     eval_every: int = Field(0, ge=0)
+    # a multi-objective study: {return: maximize, spread: minimize, ...} (see scoring.OBJECTIVE_METRICS)
+    directions: dict[str, Literal["maximize", "minimize"]] | None = None
+
+    @field_validator("directions")
+    @classmethod
+    def _known_metrics(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        unknown = [k for k in value if k not in scoring.OBJECTIVE_METRICS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not one of {', '.join(scoring.OBJECTIVE_METRICS)}")
+        if "return" not in value or len(value) < 2:
+            raise ValueError("a multi-objective sweep has 'return' and at least one more metric")
+        return value
+
+    @property
+    def names(self) -> list[str]:
+        """The objective's values in the study's order: the return first."""
+        return ["return"] + [k for k in self.directions or {} if k != "return"]
+
+    @property
+    def maximize(self) -> list[bool]:
+        directions = self.directions or {"return": "maximize"}
+        return [directions[n] == "maximize" for n in self.names]
+
     aggregate: str = "mean"  # see sweeps.scoring.AGGREGATES
     deterministic: bool = True
     eval_seed_offset: int = 1_000_000
@@ -384,6 +409,11 @@ def _semantic_issues(spec: SweepSpec) -> list[Issue]:
     ]
     issues += _stability_issues(spec)
     issues += _backend_issues(spec.backend)
+    if spec.objective.directions is not None:
+        if spec.pruner.kind != "none":
+            issues.append(Issue("pruner", "Optuna prunes single-objective studies only; drop objective.directions"))
+        if spec.sampler.kind == "cmaes":
+            issues.append(Issue("sampler.kind", "cmaes optimises one objective; use tpe, nsgaii, random, gp or qmc"))
     if spec.warm_start is not None and spec.sampler.kind == "grid":
         issues.append(Issue("warm_start", "the grid sampler runs its own points; use tpe, random, cmaes, gp, ..."))
     if spec.warm_start is not None and spec.warm_start.from_ == spec.name:

@@ -32,6 +32,8 @@ def fingerprint(spec: SweepSpec) -> str:
         del data["pruner"], data["objective"]["eval_every"]
     if data["warm_start"] is None:
         del data["warm_start"]
+    if data["objective"]["directions"] is None:
+        del data["objective"]["directions"]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -52,7 +54,7 @@ def open_study(spec: SweepSpec) -> Any:
         storage=storage,
         sampler=make_sampler(spec),
         pruner=pruners.build(spec.pruner.kind, spec.pruner.options, spec.total_timesteps),
-        direction="maximize",
+        directions=["maximize" if up else "minimize" for up in spec.objective.maximize],
         load_if_exists=True,
     )
     mark = fingerprint(spec)
@@ -134,15 +136,16 @@ def warm_start(study: Any, spec: SweepSpec) -> WarmStart | None:
 
     by_number = {t.number: t for t in source.study.get_trials(deepcopy=False)}
     seen = 0
-    for r in source.finished:
+    same = source.spec.objective.names == spec.objective.names  # else its values mean other things
+    for r in source.finished if same else []:
         trial = by_number[r.number]
         params = fit(trial.params)
-        if r.outcome != "complete" or trial.value is None or not params:
+        if r.outcome != "complete" or not trial.values or not params:
             continue
         attrs = {keys.OUTCOME: "warm_start", keys.WARM_START: settings.from_, keys.PARAMS: r.params}
         study.add_trial(
             optuna.trial.create_trial(
-                params=params, distributions={k: dists[k] for k in params}, value=trial.value, user_attrs=attrs
+                params=params, distributions={k: dists[k] for k in params}, values=trial.values, user_attrs=attrs
             )
         )
         seen += 1

@@ -249,7 +249,7 @@ def _lr_return(config: TrialConfig, attempt: int) -> list:
     return [result(mean_return=-abs(math.log10(config.hyperparams["learning_rate"]) + 3.0))]
 
 
-def _run_on_disk(doc: dict[str, Any]) -> tuple[Any, Any]:
+def _run_on_disk(doc: dict[str, Any], script: Any = _lr_return) -> tuple[Any, Any]:
     """The sweep ``doc`` driven on a scripted backend, with its study and sweep.yaml on disk as
     ``rlsweep run`` leaves them (so another sweep can warm-start from it)."""
     from sweeps._yaml import dump_yaml
@@ -259,7 +259,7 @@ def _run_on_disk(doc: dict[str, Any]) -> tuple[Any, Any]:
     (spec.storage_dir / "sweep.yaml").write_text(dump_yaml(spec.model_dump(mode="json", by_alias=True)))
     study = st.open_study(spec)
     warm = st.warm_start(study, spec)
-    Driver(spec, Scripted(_lr_return), Recorder(), study).run()
+    Driver(spec, Scripted(script), Recorder(), study).run()
     return study, warm
 
 
@@ -309,3 +309,84 @@ def test_warm_start_settings_are_checked(write_spec, cli, workdir):
     refused = cli("run", "sweep.yaml")
     assert refused.returncode == 2 and "no sweep named 'never_ran'" in refused.stderr
     assert not (workdir / "results" / "agg").exists()
+
+
+# --- multi-objective ------------------------------------------------------------------------------
+def _spread_return(config: TrialConfig, attempt: int) -> list:
+    """Higher learning rates return more on average and differ more between seeds."""
+    lr = config.hyperparams["learning_rate"]
+    level = 10.0 * (math.log10(lr) + 5.0)
+    return [result(mean_return=level + (level / 2 if config.seed else -level / 2))]
+
+
+@pytest.mark.parametrize("kind", [k for k in samplers.KINDS if k not in ("cmaes", "grid")])
+def test_a_two_objective_sweep_tells_both_values_with_every_sampler_that_can(kind: str):
+    doc = {**_base(), "seeds": 2, "trials": 3, "space": SPACE, "sampler": {"kind": kind, "seed": 0}}
+    spec = from_dict(doc | {"objective": {"directions": {"spread": "minimize", "return": "maximize"}}})
+    assert spec.objective.names == ["return", "spread"] and spec.objective.maximize == [True, False]
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=st.make_sampler(spec))
+    Driver(spec, Scripted(_spread_return), Recorder(), study).run()
+    for trial in study.get_trials():
+        level = 10.0 * (math.log10(trial.params["learning_rate"]) + 5.0)
+        assert trial.values == pytest.approx([level, level / 2])
+
+
+def test_a_multi_objective_sweep_exports_its_safe_pareto_front_and_draws_it(workdir):
+    from sweeps import export, report
+    from sweeps import results as results_module
+
+    doc = {
+        **_base(),
+        "name": "pareto",
+        "seeds": 2,
+        "trials": 6,
+        "space": {"learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-1}},
+        "sampler": {"kind": "random", "seed": 2},
+        "objective": {"directions": {"return": "maximize", "spread": "minimize"}},
+    }
+    _run_on_disk(doc, _spread_return)
+    res = results_module.load("pareto")
+    path, written = export.export("pareto")
+    front = written["pareto_front"]
+    assert front["objectives"] == {"return": "maximize", "spread": "minimize"}
+    # return and spread rise together here, so every safe config is on the front
+    assert sorted(c["trial"] for c in front["configs"]) == sorted(t.number for t in res.safe())
+    assert all(set(c["values"]) == {"return", "spread"} for c in front["configs"])
+    assert "pareto_front" in path.read_text()
+    report.pareto_plot(res, workdir / "pareto.png")
+    assert (workdir / "pareto.png").stat().st_size > 5000
+
+
+def test_the_pareto_front_keeps_exactly_the_undominated_points():
+    from sweeps.scoring import pareto_front
+
+    points = [(0, [10.0, 1.0]), (1, [8.0, 0.5]), (2, [7.0, 2.0]), (3, [10.0, 1.0]), (4, [12.0, 3.0])]
+    assert pareto_front(points, [True, False]) == [0, 1, 3, 4]  # 2 is worse than 0 in both
+    assert pareto_front(points, [True, True]) == [4]
+
+
+@pytest.mark.parametrize(
+    ("extra", "path", "says"),
+    [
+        ({"objective": {"directions": {"return": "maximize", "speed": "minimize"}}}, "objective.directions", "'speed'"),
+        ({"objective": {"directions": {"spread": "minimize"}}}, "objective.directions", "has 'return'"),
+        (
+            {
+                "objective": {"directions": {"return": "maximize", "spread": "minimize"}, "eval_every": 100},
+                "pruner": {"kind": "median"},
+            },
+            "pruner",
+            "single-objective",
+        ),
+        (
+            {"objective": {"directions": {"return": "maximize", "spread": "minimize"}}, "sampler": {"kind": "cmaes"}},
+            "sampler.kind",
+            "one objective",
+        ),
+    ],
+)
+def test_bad_multi_objective_settings_are_refused(extra: dict, path: str, says: str):
+    with pytest.raises(SpecError) as err:
+        from_dict({**_base(), "space": SPACE} | extra)
+    issues = {i.path: i.message for i in err.value.issues}
+    assert path in issues and says in issues[path], issues
