@@ -287,6 +287,9 @@ def repair_config(
 
 def _describe(spec: SweepSpec) -> str:
     if spec.backend.kind == "local":
+        gpus = spec.backend.gpus
+        if gpus:
+            return f"local workers (on GPU {', '.join(map(str, gpus))}, {spec.backend.jobs_per_gpu} per GPU)"
         return "local workers"
     res = spec.backend.resources_per_trial
     share = f"cpu {res.cpu:g}" + (f", gpu {res.gpu:g}" if res.gpu else "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
@@ -180,6 +180,9 @@ class BackendSpec(_Model):
     max_concurrent: PositiveInt | None = None
     max_failures: int = Field(0, ge=0, le=100)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # local: the GPUs its workers share (CUDA ids as the driver sees them), jobs_per_gpu workers each
+    gpus: list[Annotated[int, Field(ge=0)]] | None = None
+    jobs_per_gpu: int = Field(1, ge=1, le=64)
 
     @field_validator("address")
     @classmethod
@@ -431,6 +434,9 @@ def _backend_issues(backend: BackendSpec) -> list[Issue]:
     """Settings that only the Ray backend can honour, asked of the local one; and Ray itself,
     an optional extra, asked for where it is not installed."""
     if backend.kind == "ray":
+        if backend.gpus is not None or backend.jobs_per_gpu != 1:
+            key = "backend.gpus" if backend.gpus is not None else "backend.jobs_per_gpu"
+            return [Issue(key, "applies to kind 'local' only; Ray shares GPUs by resources_per_trial.gpu")]
         if not ray_installed():
             return [
                 Issue(
@@ -440,6 +446,14 @@ def _backend_issues(backend: BackendSpec) -> list[Issue]:
             ]
         return []
     issues = []
+    if backend.gpus is not None and len(set(backend.gpus)) != len(backend.gpus):
+        issues.append(Issue("backend.gpus", f"each GPU once, got {backend.gpus}; use jobs_per_gpu to share one"))
+    if backend.gpus == []:
+        issues.append(Issue("backend.gpus", "an empty list; name at least one GPU id, or drop the key"))
+    if backend.gpus is None and backend.jobs_per_gpu != 1:
+        issues.append(Issue("backend.jobs_per_gpu", "applies with backend.gpus (the GPUs to share); set both"))
+    if backend.gpus and backend.device == "cpu":
+        issues.append(Issue("backend.device", "'cpu' with backend.gpus: the GPUs would sit idle; use auto or cuda"))
     if backend.address is not None:
         issues.append(Issue("backend.address", "applies to kind 'ray' only; set 'kind: ray' or drop it"))
     if backend.resources_per_trial.gpu > 0:

@@ -25,15 +25,27 @@ from sweeps.spec import SweepSpec
 _MUTABLE = ("trials", "workers", "tracking")
 
 
+# Spec keys added after sweeps had been run, with their defaults.
+_ADDED_LATER: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("pruner",), {"kind": "none"}),
+    (("objective", "eval_every"), 0),
+    (("objective", "directions"), None),
+    (("warm_start",), None),
+    (("backend", "gpus"), None),
+    (("backend", "jobs_per_gpu"), 1),
+)
+
+
 def fingerprint(spec: SweepSpec) -> str:
     data = {k: v for k, v in spec.resolved().items() if k not in _MUTABLE}
     data["stability"].pop("repair", None)  # how failures are repaired does not change what was sampled
-    if data["pruner"] == {"kind": "none"} and data["objective"]["eval_every"] == 0:  # as before pruning existed
-        del data["pruner"], data["objective"]["eval_every"]
-    if data["warm_start"] is None:
-        del data["warm_start"]
-    if data["objective"]["directions"] is None:
-        del data["objective"]["directions"]
+    for path, default in _ADDED_LATER:  # at their defaults, they leave earlier sweeps' fingerprints as they were
+        *parents, key = path
+        section = data
+        for name in parents:
+            section = section[name]
+        if section.get(key, default) == default:
+            section.pop(key, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -137,3 +137,36 @@ def test_close_is_idempotent_and_abandons_a_running_job(kind: str) -> None:
         while pid in descendants() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert pid not in descendants()
+
+
+def test_local_workers_share_gpus_each_seeing_only_its_own() -> None:
+    """backend.gpus [0, 1] with jobs_per_gpu 2: four workers, two told CUDA_VISIBLE_DEVICES=0 and two
+    =1 (no GPU is needed to check that; gpu_slots, which refuses missing GPUs, is tested below)."""
+    from sweeps.backends._local import LocalBackend
+
+    be = LocalBackend(8, job=JOB, gpus=["0", "0", "1", "1"])
+    try:
+        assert be.capacity == 4
+        jobs = [config(next(_trials), updates=2, sleep=0.5) for _ in range(4)]
+        for job in jobs:
+            be.submit(job)
+        events = _until_ended(be, {j.key for j in jobs})
+        seen = sorted(e.payload.cuda_visible_devices for evs in events.values() for e in evs if e.kind == "started")
+        assert seen == ["0", "0", "1", "1"]
+    finally:
+        be.close()
+
+
+def test_a_gpu_that_is_not_there_is_refused_before_any_worker_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from sweeps.backends._local import gpu_slots
+    from sweeps.errors import UsageError
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert gpu_slots([1, 0], 2) == ["6", "6", "4", "4"]  # ids as the driver sees them, mapped to its devices
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu_slots([1], 3) == ["1", "1", "1"]
+    with pytest.raises(UsageError, match=r"backend.gpus: GPU 2 is not there \(torch sees 2 GPU\(s\): 0, 1\)"):
+        gpu_slots([0, 2], 1)

@@ -365,3 +365,33 @@ def test_the_ray_backend_without_ray_installed_says_how_to_get_it(monkeypatch):
         spec_module.from_dict(tiny_spec(backend={"kind": "ray"}))
     assert "pip install 'rlsweep[ray]'" in str(err.value) and "backend.kind" in str(err.value)
     spec_module.from_dict(tiny_spec(backend={"kind": "local"}))  # the local backend needs no Ray
+
+
+@pytest.mark.parametrize(
+    ("backend", "path", "says"),
+    [
+        ({"gpus": [0, 0]}, "backend.gpus", "each GPU once"),
+        ({"gpus": []}, "backend.gpus", "empty list"),
+        ({"jobs_per_gpu": 4}, "backend.jobs_per_gpu", "applies with backend.gpus"),
+        ({"gpus": [0], "device": "cpu"}, "backend.device", "sit idle"),
+        ({"gpus": [-1]}, "backend.gpus.0", "greater than or equal to 0"),
+        ({"kind": "ray", "gpus": [0]}, "backend.gpus", "kind 'local' only"),
+    ],
+)
+def test_local_gpu_sharing_settings_are_checked(backend, path, says):
+    from sweeps.errors import SpecError
+
+    doc = {"name": "g", "env": {"id": "CartPole-v1"}, "algo": "PPO", "total_timesteps": 100, "backend": backend}
+    with pytest.raises(SpecError) as err:
+        spec_module.from_dict(doc)
+    issues = {i.path: i.message for i in err.value.issues}
+    assert path in issues and says in issues[path], issues
+
+
+def test_a_missing_gpu_is_refused_with_exit_2_and_nothing_written(write_spec, cli, workdir):
+    write_spec(
+        {"name": "g", "env": {"id": "CartPole-v1"}, "algo": "PPO", "total_timesteps": 100, "backend": {"gpus": [7]}}
+    )
+    result = cli("run", "sweep.yaml")
+    assert result.returncode == 2 and "backend.gpus: GPU 7 is not there" in result.stderr, result.stderr
+    assert not (workdir / "results").exists()

@@ -21,9 +21,10 @@ def make(
     bound on what the cluster's resources allow). ``warm_imports``: modules a worker imports as soon
     as it starts (the algorithm's package). ``storage``: the sweep's folder."""
     if settings.kind == "local":
-        from sweeps.backends._local import LocalBackend
+        from sweeps.backends._local import LocalBackend, gpu_slots
 
-        return LocalBackend(workers, warm_imports)
+        slots = gpu_slots(settings.gpus, settings.jobs_per_gpu) if settings.gpus else None
+        return LocalBackend(workers, warm_imports, gpus=slots)
     if settings.kind == "ray":
         from sweeps.backends._ray import RayBackend, RaySettings
 

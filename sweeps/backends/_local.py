@@ -17,6 +17,7 @@ import traceback
 from typing import Any
 
 from sweeps.backends._base import JOB, WORKER_DIED, Backend, Event, Failure, failure, from_wire, load_job
+from sweeps.errors import UsageError
 from sweeps.trial import TrialConfig
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -49,9 +50,17 @@ def _die_with_parent() -> None:
 
 
 def _worker_main(
-    name: str, tasks: Any, results: Any, warm_imports: tuple[str, ...], cancelled: Any, job: str = JOB
+    name: str,
+    tasks: Any,
+    results: Any,
+    warm_imports: tuple[str, ...],
+    cancelled: Any,
+    job: str = JOB,
+    gpu: str | None = None,
 ) -> None:
     _die_with_parent()
+    if gpu is not None:  # before torch is imported: this worker sees its GPU only
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     driver = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for var in _THREAD_VARS:
@@ -68,7 +77,13 @@ def _worker_main(
             continue
         if config is None:
             return
-        results.put(("started", config.key, {"worker": name, "pid": os.getpid()}))
+        results.put(
+            (
+                "started",
+                config.key,
+                {"worker": name, "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+            )
+        )
         try:
             result = run(config, _QueueReporter(results, config.key, cancelled))
         except Cancelled:
@@ -79,35 +94,75 @@ def _worker_main(
             results.put(("finished", config.key, result.to_dict()))
 
 
+def gpu_slots(gpus: list[int], jobs_per_gpu: int) -> list[str]:
+    """One ``CUDA_VISIBLE_DEVICES`` value per worker: each GPU ``jobs_per_gpu`` times. GPU ids are
+    CUDA's as the driver sees them (through its own ``CUDA_VISIBLE_DEVICES``, if set); a GPU that
+    is not there is refused (exit 2) before any worker starts."""
+    import torch
+
+    count = torch.cuda.device_count()
+    missing = [g for g in gpus if g >= count]
+    if missing:
+        seen = f"torch sees {count} GPU(s){': ' + ', '.join(map(str, range(count))) if count else ''}"
+        raise UsageError(
+            f"backend.gpus: GPU {', '.join(map(str, missing))} is not there ({seen}); name GPUs that exist, "
+            "or drop backend.gpus to train on the CPU"
+        )
+    parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return [parent[g] if parent else str(g) for g in gpus for _ in range(jobs_per_gpu)]
+
+
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, workers: int, warm_imports: tuple[str, ...] = (), job: str = JOB) -> None:
+    def __init__(
+        self, workers: int, warm_imports: tuple[str, ...] = (), job: str = JOB, gpus: list[str] | None = None
+    ) -> None:
+        """``gpus``: a ``CUDA_VISIBLE_DEVICES`` value per worker slot (see gpu_slots): at most that
+        many workers, each seeing only its GPU."""
         if workers < 1:
             raise ValueError(f"`workers >= 1` must hold, but got workers={workers}")
-        self.capacity = workers
+        self._gpus = gpus
+        self.capacity = min(workers, len(gpus)) if gpus else workers
         self._ctx = mp.get_context("spawn")
         self._results = self._ctx.Queue()
         self._workers: list[dict[str, Any]] = []
         self._serial = 0
         self._warm = tuple(warm_imports)
         self._job = job
-        for _ in range(workers):
-            self._workers.append(self._spawn())
+        for slot in range(self.capacity):
+            self._workers.append(self._spawn(slot))
 
-    def _spawn(self) -> dict[str, Any]:
+    def _spawn(self, slot: int) -> dict[str, Any]:
         self._serial += 1
         name = f"local-{self._serial}"
         tasks = self._ctx.Queue()
         cancelled = self._ctx.Array("q", [-1, -1], lock=False)  # the (trial, seed) the driver cancelled
+        gpu = self._gpus[slot] if self._gpus else None
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(name, tasks, self._results, self._warm, cancelled, self._job),
+            args=(
+                name,
+                tasks,
+                self._results,
+                self._warm,
+                cancelled,
+                self._job,
+                gpu,
+            ),
             name=name,
             daemon=True,
         )
         proc.start()
-        return {"name": name, "proc": proc, "tasks": tasks, "job": None, "cancelled": cancelled, "reason": ""}
+        return {
+            "name": name,
+            "proc": proc,
+            "tasks": tasks,
+            "job": None,
+            "cancelled": cancelled,
+            "reason": "",
+            "slot": slot,
+        }
 
     def submit(self, config: TrialConfig) -> None:
         idle = next((w for w in self._workers if w["job"] is None), None)
@@ -134,7 +189,7 @@ class LocalBackend(Backend):
                 reason = f"worker process {worker['name']} died (exit code {code}"
                 reason += f", signal {-code})" if code is not None and code < 0 else ")"
                 events.append(Event(worker["job"], Failure(WORKER_DIED, reason)))
-                self._workers[i] = self._spawn()
+                self._workers[i] = self._spawn(worker["slot"])
         return events
 
     def _drain(self, timeout: float) -> list[Event]:
