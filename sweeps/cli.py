@@ -15,6 +15,7 @@ from stability.errors import RlsweepError
 from sweeps import samplers
 from sweeps import spec as spec_module
 from sweeps.errors import SpecError, UsageError
+from sweeps.tracking import check_server, is_server
 
 EXIT_USAGE = 2
 
@@ -319,6 +320,10 @@ def mlflow_uri_for(name: str | None) -> str:
 
 def _ui(args: argparse.Namespace, console: Console) -> int:
     uri = mlflow_uri_for(args.name)
+    if is_server(uri):  # the sweep's runs are on a tracking server already: no second one
+        check_server(uri)
+        console.print(f"MLflow UI: {uri}  (the sweep's tracking server; nothing to start)", highlight=False)
+        return 0
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         raise UsageError(f"no tracking store at {uri[len('sqlite:///') :]}: run a sweep first (make demo)")
     command = [

@@ -56,10 +56,11 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
     from sweeps import algos, backends, results, samplers, study
     from sweeps.driver import Driver
     from sweeps.progress import LiveDisplay, trials_table
-    from sweeps.tracking import BackgroundTracker
+    from sweeps.tracking import BackgroundTracker, check_server
 
     if spec.warm_start is not None:  # refused before anything is written
         results.sweep_folder(spec.warm_start.from_)
+    check_server(spec.mlflow_uri)
     folders = [spec.storage_dir]
     if spec.mlflow_uri.startswith("sqlite:///"):
         folders.append(Path(spec.mlflow_uri[len("sqlite:///") :]).parent)

@@ -131,6 +131,16 @@ class TrackingSpec(_Model):
     mlflow_uri: str | None = None
     experiment: str | None = None
 
+    @field_validator("mlflow_uri")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        if value is not None and re.match(r"^[a-z+]+://[^/@]*@", value):
+            raise ValueError(
+                "holds credentials; a spec is copied into results and MLflow, so give them to MLflow "
+                "through MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+            )
+        return value
+
 
 class RepairSpec(_Model):
     """``stability.repair``: after a trial fails, re-train it with the knob patches its findings carry
@@ -353,6 +363,8 @@ def _pydantic_issue(err: Any) -> Issue:  # pydantic's ErrorDetails
     loc = raw_loc[:1] + tuple(p for p in raw_loc[1:] if not (isinstance(p, str) and p in _UNION_TAGS))
     path = ".".join(str(p) for p in loc)
     kind, got = err["type"], err.get("input")
+    if isinstance(got, str):  # credentials in a URI are never echoed (errors end up in logs)
+        got = re.sub(r"^([a-z+]+://)[^/@]*@", r"\1***@", got)
     if kind == "extra_forbidden":
         owner = _model_at(loc[:-1])
         allowed = sorted(owner.model_fields) if owner else []

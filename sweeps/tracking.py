@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stability import keys
+from sweeps.errors import UsageError
 
 _BATCH = 500  # per log_batch call: measured cheapest per point with MLflow 3.17 + SQLite (0.12 ms)
 _FLUSH_SECONDS = 10.0  # curves reach the UI this often; a run also flushes when it has _BATCH points
@@ -19,6 +20,34 @@ _FLUSH_SECONDS = 10.0  # curves reach the UI this often; a run also flushes when
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told it holds training runs.
 _KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Refuse (exit 2, in one line) a tracking server that does not answer, before anything runs:
+    MLflow's own client would retry for minutes, then fail with a traceback."""
+    import urllib.error
+    import urllib.request
+
+    if not is_server(uri):
+        return
+    try:
+        url = f"{uri.rstrip('/')}/health"  # http(s) only (is_server above): no file: or custom schemes
+        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310
+            if answer.status == 200:
+                return
+            why = f"HTTP {answer.status}"
+    except urllib.error.HTTPError as exc:
+        why = f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        why = str(getattr(exc, "reason", exc))
+    raise UsageError(
+        f"tracking.mlflow_uri: no MLflow server answers at {uri} ({why}); start it (mlflow server ...) "
+        "or fix the address"
+    )
 
 
 def _local_store(uri: str) -> bool:

@@ -1,11 +1,24 @@
-"""The tracker's setup thread, with the MLflow store faked (pure logic; real stores are used by
-the sweep tests)."""
+"""The tracker's setup thread, with the MLflow store faked (pure logic), and sweeps against a real
+``mlflow server`` that the tests start."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+from mlflow.tracking import MlflowClient
 
 from sweeps import tracking
+from tests.helpers import split_runs, tiny_spec
 
 
 class _Flaky:
@@ -44,3 +57,95 @@ def test_other_import_errors_surface_at_first_use(monkeypatch):
     with pytest.raises(ImportError, match="No module named"):
         _ = tracking.BackgroundTracker().ready
     assert _Flaky.calls == 1
+
+
+# --- a real shared tracking server ---------------------------------------------------------------
+SECRET = "s3cret-token-that-must-not-leak"  # noqa: S105 (a marker searched for, no credential)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real ``mlflow server`` on a free loopback port: a SQLite store behind it and proxied
+    artifacts (``--artifacts-destination``); its URI and its folder."""
+    folder = tmp_path_factory.mktemp("server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    command += [
+        "--backend-store-uri",
+        f"sqlite:///{folder / 'store.db'}",
+        "--artifacts-destination",
+        str(folder / "art"),
+    ]
+    proc = subprocess.Popen(
+        command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if urllib.request.urlopen(f"{uri}/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "mlflow server did not start"
+                time.sleep(0.5)
+        yield uri, folder
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_a_sweep_tracks_to_a_shared_server_and_every_command_reads_it_back(
+    mlflow_server, write_spec, cli, workdir, monkeypatch
+):
+    uri, server_dir = mlflow_server
+    # credentials reach MLflow only from its own environment variables, and are written nowhere
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", SECRET)
+    write_spec(tiny_spec("served", trials=2, tracking={"mlflow_uri": uri}))
+    ran = cli("run", "sweep.yaml", "--workers", "2")
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("served")
+    trials, seeds = split_runs(client, experiment.experiment_id)
+    assert len(trials) == 2 and len(seeds) == 4 and {r.info.status for r in trials + seeds} == {"FINISHED"}
+    assert experiment.artifact_location.startswith("mlflow-artifacts:")  # proxied: stored by the server
+    assert "spec.resolved.json" in {a.path for a in client.list_artifacts(trials[0].info.run_id)}
+    assert (server_dir / "art").is_dir() and not (workdir / "mlruns").exists()
+    for command in (("status", "served"), ("export", "served"), ("report", "served")):
+        result = cli(*command)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+    assert client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'report'")
+    diagnosed = cli("diagnose", seeds[0].info.run_id, "--tracking-uri", uri, "--json")
+    assert diagnosed.returncode == 0 and json.loads(diagnosed.stdout)["verdict"], diagnosed.stderr[-2000:]
+    ui = cli("ui", "served")
+    assert ui.returncode == 0 and f"MLflow UI: {uri}" in ui.stdout and "nothing to start" in ui.stdout
+    for root in (workdir, server_dir):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_an_unreachable_server_is_refused_in_one_line_before_anything_runs(write_spec, cli, workdir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    write_spec(tiny_spec("nowhere", tracking={"mlflow_uri": f"http://127.0.0.1:{port}"}))
+    started = time.monotonic()
+    result = cli("run", "sweep.yaml")
+    assert result.returncode == 2 and time.monotonic() - started < 60
+    assert "tracking.mlflow_uri: no MLflow server answers at" in result.stderr and "Traceback" not in result.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_credentials_in_the_tracking_uri_are_refused(write_spec, cli):
+    write_spec(tiny_spec("creds", tracking={"mlflow_uri": f"https://alice:{SECRET}@mlflow.example.com"}))
+    result = cli("validate", "sweep.yaml")
+    assert (
+        result.returncode == 2
+        and "tracking.mlflow_uri" in result.stderr
+        and "MLFLOW_TRACKING_PASSWORD" in result.stderr
+    )
+    assert SECRET not in result.stderr  # the refusal does not echo them either
