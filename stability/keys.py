@@ -35,6 +35,7 @@ WORKER = "rlsweep.worker"
 ATTEMPTS = "rlsweep.attempts"  # a job run again after its worker died: how many times it ran
 RETRIED_AFTER = "rlsweep.retried_after"
 CANCELLED = "rlsweep.cancelled"  # why a seed was stopped
+RUN_KEY = "rlsweep.run_key"  # unique per run: creating it twice (a tracking outage) finds the first
 REPAIR = "rlsweep.repair"  # on a failing trial's run: how its repair ended
 REPAIRED_BY = "rlsweep.repaired_by"  # ... and the run that repaired it
 REPAIR_CONFIRM = "rlsweep.repair_confirm"  # on a confirmation run: the attempt's run

@@ -14,6 +14,7 @@ import json
 import math
 import statistics
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +29,14 @@ from sweeps import space as sp
 from sweeps import study as st
 from sweeps.backends import Backend, Cancelled, Event, Failure, Metrics, Pool, Retried, Started
 from sweeps.configs import stability_settings, trial_configs
+from sweeps.errors import UsageError
 from sweeps.results import record
 from sweeps.spec import SweepSpec
-from sweeps.tracking import BackgroundTracker, MlflowTracker
+from sweeps.tracking import BackgroundTracker, MlflowTracker, unreachable
 from sweeps.trial import PERIODIC_RETURN, TrialResult
+
+# After training ends, how long the driver waits for an absent tracking server to take the writes held.
+OUTAGE_LIMIT = 600.0
 
 
 @dataclass
@@ -53,6 +58,7 @@ class ActiveTrial:
     periodic: dict[int, dict[int, float]] = field(default_factory=dict)  # step -> seed -> periodic return
     reported: int = -1  # the last step told to Optuna
     pruned: str = ""  # why the pruner stopped it
+    run_key: str = field(default_factory=lambda: uuid.uuid4().hex)  # its MLflow runs', created once each
     # a repair's attempt (or its confirmation on fresh seeds): not an Optuna trial while it runs
     plan: rp.Plan | None = None
     attempt: rp.Attempt | None = None
@@ -82,6 +88,8 @@ class Progress:
     verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
     repairs: dict[str, int] = field(default_factory=dict)  # repair status -> failing trials
     repairing: int = 0  # repair attempts running
+    tracking_down: float | None = None  # since when (monotonic) the tracking server has not answered
+    tracking_held: int = 0  # MLflow writes held meanwhile
 
     def eta(self) -> float | None:
         if not self.jobs_done:
@@ -125,6 +133,7 @@ class Driver:
         self._repair_jobs = 0
         self._next_key = -1  # repair jobs are keyed by negative numbers: never an Optuna trial's
         self._menu_facts: tuple[dict[str, Any], bool, bool] | None = None
+        self._retry_at, self._backoff = 0.0, 1.0  # MLflow writes while the tracking server is away
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -150,14 +159,12 @@ class Driver:
                 self._write_mlflow()
                 for event in self.pool.poll(timeout=0.25):
                     self._handle(event)
-                self.tracker.flush_if_due()
+                self._tracked(self.tracker.flush_if_due)
                 self.on_change(p)
-            self._write_mlflow()
+            self._drain_writes()
         except BaseException:
             self._abandon()
             raise
-        finally:
-            self.tracker.flush()
         p.running = len(self.active)
         self.on_change(p)
         return p
@@ -170,8 +177,44 @@ class Driver:
         return self.pool.busy
 
     def _write_mlflow(self) -> None:
-        while self._mlflow:
-            self._mlflow.popleft()()
+        """The MLflow writes that piled up, in order. While the tracking server is away they are
+        held (training and Optuna go on) and tried again with backoff; each is done once."""
+        while self._mlflow and self._tracked(self._mlflow[0]):
+            self._mlflow.popleft()
+        self.progress.tracking_held = len(self._mlflow)
+
+    def _tracked(self, write: Callable[[], object]) -> bool:
+        """Do one MLflow write; False if the tracking server could not be reached (try later)."""
+        now = time.monotonic()
+        if self.progress.tracking_down is not None and now < self._retry_at:
+            return False
+        try:
+            write()
+        except Exception as exc:
+            if not (getattr(self.tracker, "server", False) and unreachable(exc)):
+                raise
+            if self.progress.tracking_down is None:
+                self.progress.tracking_down, self._backoff = now, 1.0
+            self._retry_at, self._backoff = now + self._backoff, min(self._backoff * 2, 15.0)
+            return False
+        self.progress.tracking_down = None
+        return True
+
+    def _drain_writes(self) -> None:
+        """Training is over: wait (up to OUTAGE_LIMIT) for the tracking server to take what is held."""
+        deadline = time.monotonic() + OUTAGE_LIMIT
+        while True:
+            self._write_mlflow()
+            if not self._mlflow and self._tracked(self.tracker.flush):
+                return
+            if time.monotonic() > deadline:
+                raise UsageError(
+                    f"the MLflow tracking server has not answered for {OUTAGE_LIMIT / 60:.0f} minutes; the "
+                    f"sweep's trials are all in Optuna, {len(self._mlflow)} MLflow writes were not made. Run "
+                    "the same command again once the server is back: it closes the runs from the study"
+                )
+            self.on_change(self.progress)
+            time.sleep(0.5)
 
     def _open_trial(self) -> bool:
         """Ask Optuna for the next trial and queue its seeds, unless the target is reached."""
@@ -190,9 +233,13 @@ class Driver:
 
     def _start_runs(self, active: ActiveTrial) -> None:
         resolved = self.spec.resolved() | {"trial": active.number, "params": _jsonable(active.params)}
-        active.parent_run = self.tracker.start_trial(active.number, active.logged, resolved)
+        if not active.parent_run:  # (run again after a tracking outage: what was created stays)
+            active.parent_run = self.tracker.start_trial(active.number, active.logged, resolved, key=active.run_key)
         for seed in active.seeds:
-            active.child_runs[seed] = self.tracker.start_seed(active.number, seed, active.parent_run, active.logged)
+            if seed not in active.child_runs:
+                active.child_runs[seed] = self.tracker.start_seed(
+                    active.number, seed, active.parent_run, active.logged, key=f"{active.run_key}-{seed}"
+                )
 
     # --- events ---------------------------------------------------------------------------
     def _handle(self, event: Event | Retried) -> None:
@@ -208,7 +255,10 @@ class Driver:
         if isinstance(payload, Metrics):
             if payload.step > self.retry_floor.get(event.key, -1):
                 self.logged_step[event.key] = max(payload.step, self.logged_step.get(event.key, -1))
-                self.tracker.log_metrics(active.child_runs[seed], payload.step, payload.values)
+                if seed in active.child_runs:
+                    self.tracker.log_metrics(active.child_runs[seed], payload.step, payload.values)
+                else:  # its run is still to be created (the tracking server was away): after it
+                    self._mlflow.append(partial(self._log_late, active, seed, payload.step, payload.values))
             if PERIODIC_RETURN in payload.values and active.plan is None:
                 active.periodic.setdefault(payload.step, {})[seed] = payload.values[PERIODIC_RETURN]
                 self._report(active)
@@ -216,15 +266,15 @@ class Driver:
         if isinstance(payload, Started):
             active.workers[seed] = payload.worker
             return
-        run_id = active.child_runs[seed]
         self.progress.jobs_done += 1
         tags = self._attempt_tags(event.key)
+        # run ids are read when a write runs, not now: it may wait for its run's creation
         if isinstance(payload, TrialResult):
-            self._seed_finished(active, seed, run_id, payload)
+            self._seed_finished(active, seed, payload)
         elif isinstance(payload, Cancelled):
             active.skipped.add(seed)
             tags |= {keys.OUTCOME: "skipped", keys.CANCELLED: payload.reason}
-            self._mlflow.append(lambda: self.tracker.end_run(run_id, "KILLED", tags=tags))
+            self._mlflow.append(lambda: self.tracker.end_run(active.child_runs[seed], "KILLED", tags=tags))
         else:
             active.errors[seed] = payload
             tags |= {
@@ -233,17 +283,23 @@ class Driver:
                 keys.ERROR: f"{payload.type}: {payload.message}",
             }
             texts = {"error.txt": payload.traceback or payload.message}
-            self._mlflow.append(lambda: self.tracker.end_run(run_id, "FAILED", tags=tags, texts=texts))
+            self._mlflow.append(lambda: self.tracker.end_run(active.child_runs[seed], "FAILED", tags=tags, texts=texts))
         if active.finished:
             self._close_trial(active)
         elif active.periodic:
             self._report(active)  # a step may have waited only on the seed that just ended
 
+    def _end_seed_run(self, active: ActiveTrial, seed: int, status: str, tags: dict[str, str]) -> None:
+        self.tracker.end_run(active.child_runs[seed], status, tags=tags)
+
+    def _log_late(self, active: ActiveTrial, seed: int, step: int, values: dict[str, float]) -> None:
+        self.tracker.log_metrics(active.child_runs[seed], step, values)
+
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
         tries = self.pool.tries.get(key)
         return {keys.ATTEMPTS: str(len(tries) + 1), keys.RETRIED_AFTER: " | ".join(tries)[:5000]} if tries else {}
 
-    def _seed_finished(self, active: ActiveTrial, seed: int, run_id: str, result: TrialResult) -> None:
+    def _seed_finished(self, active: ActiveTrial, seed: int, result: TrialResult) -> None:
         verdict = result.verdict or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
         tags = {
@@ -269,7 +325,9 @@ class Driver:
                 tags[keys.ERROR] = crash
             self._skip_rest(active)
             self._mlflow.append(
-                lambda: self.tracker.end_run(run_id, "FAILED", metrics=metrics, tags=tags, texts=texts, files=files)
+                lambda: self.tracker.end_run(
+                    active.child_runs[seed], "FAILED", metrics=metrics, tags=tags, texts=texts, files=files
+                )
             )
             return
         active.returns[seed] = result.mean_return
@@ -277,7 +335,9 @@ class Driver:
         metrics |= {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
         tags[keys.OUTCOME] = "complete"
         self._mlflow.append(
-            lambda: self.tracker.end_run(run_id, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
+            lambda: self.tracker.end_run(
+                active.child_runs[seed], "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files
+            )
         )
 
     def _values(self, returns: dict[int, float], train_seconds: dict[int, float]) -> list[float]:
@@ -329,9 +389,7 @@ class Driver:
         for config in self.pool.unqueue(active.number):
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
-            self._mlflow.append(
-                partial(self.tracker.end_run, active.child_runs[config.seed], "KILLED", tags={keys.OUTCOME: "skipped"})
-            )
+            self._mlflow.append(partial(self._end_seed_run, active, config.seed, "KILLED", {keys.OUTCOME: "skipped"}))
 
     def _close_trial(self, active: ActiveTrial) -> None:
         from optuna.trial import TrialState
@@ -520,10 +578,21 @@ class Driver:
             "params": _jsonable(plan.params),
             "patch": attempt.patch,
         }
-        active.parent_run = self.tracker.start_trial(None, active.logged, resolved, name=name, tags=tags)
+        if not active.parent_run:
+            active.parent_run = self.tracker.start_trial(
+                None, active.logged, resolved, name=name, tags=tags, key=active.run_key
+            )
         for seed in active.seeds:
+            if seed in active.child_runs:
+                continue
             active.child_runs[seed] = self.tracker.start_seed(
-                None, seed, active.parent_run, active.logged, name=f"{name}-seed-{seed}", tags=tags
+                None,
+                seed,
+                active.parent_run,
+                active.logged,
+                name=f"{name}-seed-{seed}",
+                tags=tags,
+                key=f"{active.run_key}-{seed}",
             )
 
     def _close_repair(self, active: ActiveTrial) -> None:
@@ -658,12 +727,14 @@ class Driver:
         try:
             self.backend.close()
         finally:
+            self.progress.tracking_down = None  # one last try each, however the server is doing
             self._write_mlflow()
-            self.tracker.flush()
+            self._tracked(self.tracker.flush)
+            killed = {keys.OUTCOME: "interrupted"}
             for active in self.active.values():
                 for run_id in [*active.child_runs.values(), active.parent_run]:
                     if run_id:
-                        self.tracker.end_run(run_id, "KILLED", tags={keys.OUTCOME: "interrupted"})
+                        self._tracked(partial(self.tracker.end_run, run_id, "KILLED", tags=killed))
 
     def _update_best(self, trials: list[Any]) -> None:
         complete = [r for r in map(record, trials) if r.value is not None and r.state == "COMPLETE"]

@@ -30,8 +30,15 @@ def summary_line(p: Progress) -> str:
         f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed"
         f"{f', {p.pruned} pruned' if p.pruned else ''} | best {best} | "
         f"{verdict_counts(p.verdicts)}{_repairs(p)} | elapsed {_clock(time.monotonic() - p.started)} | "
-        f"ETA {_clock(p.eta())}"
+        f"ETA {_clock(p.eta())}{_outage(p)}"
     )
+
+
+def _outage(p: Progress) -> str:
+    if p.tracking_down is None:
+        return ""
+    down = _clock(time.monotonic() - p.tracking_down)
+    return f" | MLflow server unreachable for {down}: {p.tracking_held} writes held, training goes on"
 
 
 def _repairs(p: Progress) -> str:
@@ -56,6 +63,7 @@ class LiveDisplay:
         self.console = console
         self._live: Any = None
         self._last_done: tuple[int, int] = (-1, -1)
+        self._up = True  # the tracking server answered last time
 
     def __enter__(self) -> LiveDisplay:
         if self.console.is_terminal:
@@ -72,8 +80,12 @@ class LiveDisplay:
     def __call__(self, p: Progress) -> None:
         if self._live is not None:
             self._live.update(summary_line(p))
-        elif (p.done, sum(p.repairs.values())) != self._last_done:
+        elif (p.done, sum(p.repairs.values())) != self._last_done or (p.tracking_down is None) != self._up:
             self._last_done = (p.done, sum(p.repairs.values()))
+            if (p.tracking_down is None) != self._up:  # piped: the outage's start and end get a line too
+                self._up = p.tracking_down is None
+                if self._up:
+                    self.console.print("MLflow server reachable again: held writes sent", highlight=False)
             self.console.print(summary_line(p), highlight=False)
 
 

@@ -560,6 +560,8 @@ def _value_issues(fixed: dict[str, Any], dims: dict[str, sp.Dist]) -> list[Issue
 
 def _sampler_issues(spec: SweepSpec, dims: dict[str, sp.Dist]) -> list[Issue]:
     kind, options = spec.sampler.kind, spec.sampler.options
+    if not options:  # Optuna's own checks need it imported: only for options (validate stays light)
+        return _grid_issues(spec, dims) if kind == "grid" else []
     allowed = samplers.allowed(kind)
     unknown = [k for k in options if k not in allowed]
     if unknown:

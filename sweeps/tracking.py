@@ -7,6 +7,7 @@ point). With a SQLite or file store, artifacts go under ``results/`` rather than
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,26 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
     )
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the tracking server could not be reached (down, restarting, timing
+    out), so the write may be tried again later, rather than that the write itself was wrong."""
+    text = f"{type(exc).__name__}: {exc}"
+    signs = (
+        "Connection refused",
+        "Max retries exceeded",
+        "Connection aborted",
+        "RemoteDisconnected",
+        "Read timed out",
+        "ConnectionError",
+        "ConnectTimeout",
+        "TEMPORARILY_UNAVAILABLE",
+        "error code 502",
+        "error code 503",
+        "error code 504",
+    )
+    return any(sign in text for sign in signs)
+
+
 def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
@@ -69,6 +90,11 @@ class MlflowTracker:
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
         self.sweep = sweep
+        self.server = is_server(uri)
+        if self.server:  # fail fast and let the driver hold and retry writes, instead of MLflow's
+            # client retrying each call for minutes while the driver waits
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         self.client = MlflowClient(tracking_uri=uri)
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
@@ -81,6 +107,7 @@ class MlflowTracker:
             if found.lifecycle_stage == "deleted":  # deleted in the UI, then the sweep rerun: bring it back
                 self.client.restore_experiment(found.experiment_id)
         self._buffers: dict[str, list] = {}
+        self._tried: set[str] = set()  # run keys whose creation was asked for
         self._last_flush = time.monotonic()
 
     # --- runs -----------------------------------------------------------------------------
@@ -91,12 +118,12 @@ class MlflowTracker:
         resolved_spec: dict[str, Any],
         name: str | None = None,
         tags: dict[str, str] | None = None,
+        key: str | None = None,
     ) -> str:
         """A trial's parent run. ``trial=None`` (a repair attempt) has no ``rlsweep.trial`` tag: it is
         not one of the study's sampled trials, so resuming never closes it as one."""
         base = {keys.SWEEP: self.sweep} | ({keys.TRIAL: str(trial)} if trial is not None else {})
-        run = self.client.create_run(self.experiment_id, run_name=name or f"trial-{trial}", tags=base | (tags or {}))
-        run_id = run.info.run_id
+        run_id = self._create(name or f"trial-{trial}", base | (tags or {}), key)
         self._log_params(run_id, params)
         self.client.log_dict(run_id, resolved_spec, "spec.resolved.json")
         return run_id
@@ -109,16 +136,29 @@ class MlflowTracker:
         params: dict[str, Any],
         name: str | None = None,
         tags: dict[str, str] | None = None,
+        key: str | None = None,
     ) -> str:
         base = {keys.SWEEP: self.sweep, keys.SEED: str(seed), "mlflow.parentRunId": parent_id} | (
             {keys.TRIAL: str(trial)} if trial is not None else {}
         )
-        run = self.client.create_run(
-            self.experiment_id, run_name=name or f"trial-{trial}-seed-{seed}", tags=base | (tags or {})
-        )
-        run_id = run.info.run_id
+        run_id = self._create(name or f"trial-{trial}-seed-{seed}", base | (tags or {}), key)
         self._log_params(run_id, {**params, "seed": seed})
         return run_id
+
+    def _create(self, name: str, tags: dict[str, str], key: str | None) -> str:
+        """A new run, once: ``key`` (unique to the run) is tagged on it, and when creating it is
+        tried again (the tracking server went away during the first try, perhaps after creating
+        it), a run already holding ``key`` is taken instead of a second one."""
+        if key is not None:
+            if key in self._tried:
+                found = self.client.search_runs(
+                    [self.experiment_id], filter_string=f"tags.`{keys.RUN_KEY}` = '{key}'", max_results=1
+                )
+                if found:
+                    return found[0].info.run_id
+            self._tried.add(key)
+            tags = tags | {keys.RUN_KEY: key}
+        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
@@ -211,10 +251,9 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        buffer = self._buffers.setdefault(run_id, [])
-        buffer.extend(Metric(key, float(value), now, int(step)) for key, value in values.items())
-        if len(buffer) >= _BATCH:
-            self._flush_run(run_id)
+        self._buffers.setdefault(run_id, []).extend(
+            Metric(key, float(value), now, int(step)) for key, value in values.items()
+        )  # sent by flush_if_due (the driver's loop) or end_run: never a network call here
 
     def flush_if_due(self) -> None:
         if time.monotonic() - self._last_flush >= _FLUSH_SECONDS:
@@ -226,9 +265,13 @@ class MlflowTracker:
         self._last_flush = time.monotonic()
 
     def _flush_run(self, run_id: str, tags: list | None = None) -> None:
-        buffer = self._buffers.pop(run_id, [])
-        for start in range(0, len(buffer), _BATCH):
-            self.client.log_batch(run_id, metrics=buffer[start : start + _BATCH])
+        """Send the run's buffered points; what a failed call did not send stays buffered (MLflow
+        stores a point sent twice once: same key, step, timestamp and value)."""
+        buffer = self._buffers.get(run_id, [])
+        while buffer:
+            self.client.log_batch(run_id, metrics=buffer[:_BATCH])
+            del buffer[:_BATCH]
+        self._buffers.pop(run_id, None)
         if tags:
             self.client.log_batch(run_id, tags=tags)
 
@@ -256,7 +299,7 @@ def _build_tracker(*args: Any) -> MlflowTracker:
     for _ in range(4):
         try:
             return MlflowTracker(*args)
-        except ImportError as exc:
+        except (ImportError, AttributeError) as exc:  # either, as the half-imported module is met
             if "partially initialized" not in str(exc):
                 raise
             time.sleep(0.5)

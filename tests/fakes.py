@@ -111,12 +111,12 @@ class Recorder:
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
 
-    def start_trial(self, trial, params, resolved, name=None, tags=None) -> str:
+    def start_trial(self, trial, params, resolved, name=None, tags=None, key=None) -> str:
         run = f"run{len(self.runs)}"
         self.runs[run] = {"name": name or f"trial-{trial}", "tags": dict(tags or {}), "end": None, "steps": []}
         return run
 
-    def start_seed(self, trial, seed, parent, params, name=None, tags=None) -> str:
+    def start_seed(self, trial, seed, parent, params, name=None, tags=None, key=None) -> str:
         return self.start_trial(trial, params, {}, name or f"trial-{trial}-seed-{seed}", tags)
 
     def end_run(self, run_id, status, metrics=None, tags=None, texts=None, files=None) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
 
 from sweeps import tracking
-from tests.helpers import split_runs, tiny_spec
+from tests.helpers import split_runs, subprocess_env, tiny_spec
 
 
 class _Flaky:
@@ -26,10 +27,10 @@ class _Flaky:
 
     calls = 0
 
-    def __init__(self, fails: int, message: str) -> None:
+    def __init__(self, fails: int, message: str, error: type[Exception] = ImportError) -> None:
         type(self).calls += 1
         if type(self).calls <= fails:
-            raise ImportError(message)
+            raise error(message)
         self.ready = True
 
 
@@ -52,6 +53,14 @@ def test_a_partially_initialised_mlflow_met_by_the_setup_thread_is_retried(monke
     assert tracking.BackgroundTracker().ready and _Flaky.calls == 3
 
 
+def test_a_half_imported_mlflow_met_as_an_attribute_error_is_retried_too(monkeypatch):
+    # seen in CI while Ray was importing MLflow in the main thread
+    message = "partially initialized module 'mlflow' has no attribute 'version' (most likely due to a circular import)"
+    monkeypatch.setattr(tracking, "MlflowTracker", lambda: _Flaky(1, message, AttributeError))
+    monkeypatch.setattr(tracking.time, "sleep", lambda s: None)
+    assert tracking.BackgroundTracker().ready and _Flaky.calls == 2
+
+
 def test_other_import_errors_surface_at_first_use(monkeypatch):
     monkeypatch.setattr(tracking, "MlflowTracker", lambda: _Flaky(9, "No module named 'mlflow'"))
     with pytest.raises(ImportError, match="No module named"):
@@ -60,41 +69,48 @@ def test_other_import_errors_surface_at_first_use(monkeypatch):
 
 
 # --- a real shared tracking server ---------------------------------------------------------------
+_DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SECRET = "s3cret-token-that-must-not-leak"  # noqa: S105 (a marker searched for, no credential)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(folder: Path, port: int) -> subprocess.Popen:
+    """A real ``mlflow server`` on ``port``: a SQLite store in ``folder`` and artifacts proxied to
+    ``folder/art`` (``--artifacts-destination``); returns once it answers."""
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    command += ["--backend-store-uri", f"sqlite:///{folder / 'store.db'}"]
+    command += ["--artifacts-destination", str(folder / "art")]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+    proc = subprocess.Popen(command, cwd=folder, start_new_session=True, **quiet)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                return proc
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "mlflow server did not start"
+            time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A real ``mlflow server`` on a free loopback port: a SQLite store behind it and proxied
-    artifacts (``--artifacts-destination``); its URI and its folder."""
-    folder = tmp_path_factory.mktemp("server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    command += [
-        "--backend-store-uri",
-        f"sqlite:///{folder / 'store.db'}",
-        "--artifacts-destination",
-        str(folder / "art"),
-    ]
-    proc = subprocess.Popen(
-        command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    uri = f"http://127.0.0.1:{port}"
+    """A real tracking server for the module: its URI and its folder."""
+    folder, port = tmp_path_factory.mktemp("server"), _free_port()
+    proc = _serve(folder, port)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if urllib.request.urlopen(f"{uri}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None, "mlflow server did not start"
-                time.sleep(0.5)
-        yield uri, folder
+        yield f"http://127.0.0.1:{port}", folder
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        _stop(proc)
 
 
 def test_a_sweep_tracks_to_a_shared_server_and_every_command_reads_it_back(
@@ -129,9 +145,7 @@ def test_a_sweep_tracks_to_a_shared_server_and_every_command_reads_it_back(
 
 
 def test_an_unreachable_server_is_refused_in_one_line_before_anything_runs(write_spec, cli, workdir):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = _free_port()  # closed again: nothing listens there
     write_spec(tiny_spec("nowhere", tracking={"mlflow_uri": f"http://127.0.0.1:{port}"}))
     started = time.monotonic()
     result = cli("run", "sweep.yaml")
@@ -149,3 +163,61 @@ def test_credentials_in_the_tracking_uri_are_refused(write_spec, cli):
         and "MLFLOW_TRACKING_PASSWORD" in result.stderr
     )
     assert SECRET not in result.stderr  # the refusal does not echo them either
+
+
+def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tmp_path, write_spec, workdir):
+    """The server is stopped once the sweep's first runs are in it, for 30 s, then started again on
+    the same store: the driver trains and writes Optuna meanwhile, holds its MLflow writes and
+    retries them, and every run, metric point and artifact arrives exactly once."""
+    import optuna
+
+    port = _free_port()
+    uri, server = f"http://127.0.0.1:{port}", _serve(tmp_path, port)
+    write_spec(tiny_spec("outage", trials=4, tracking={"mlflow_uri": uri}))
+    log = (workdir / "run.log").open("w")
+    command = [sys.executable, "-m", "sweeps", "run", "sweep.yaml", "--workers", "2"]
+    sweep = subprocess.Popen(command, cwd=workdir, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # until a trial's runs are in
+            experiment = client.get_experiment_by_name("outage")
+            finished = experiment and client.search_runs(
+                [experiment.experiment_id], filter_string="attributes.status = 'FINISHED'"
+            )
+            if finished:
+                break
+            time.sleep(0.5)
+        assert finished, "no run finished before the outage"
+        _stop(server)
+        stopped = time.monotonic()
+        storage = f"sqlite:///{workdir / 'results' / 'outage' / 'optuna.db'}"
+        done_before = len(optuna.load_study(study_name="outage", storage=storage).get_trials(states=_DONE))
+        time.sleep(30)
+        done_during = len(optuna.load_study(study_name="outage", storage=storage).get_trials(states=_DONE))
+        assert done_during > done_before and sweep.poll() in (None, 0)  # trained and told Optuna meanwhile
+        server = _serve(tmp_path, port)
+        assert sweep.wait(timeout=300) == 0, (workdir / "run.log").read_text()[-3000:]
+        assert time.monotonic() - stopped > 30
+        _check_exactly_once(uri, (workdir / "run.log").read_text())
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+        _stop(server)
+
+
+def _check_exactly_once(uri: str, output: str) -> None:
+    assert "MLflow server unreachable" in output and "reachable again" in output, output[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("outage")
+    trials, seeds = split_runs(client, experiment.experiment_id)
+    assert sorted(r.info.run_name for r in trials) == [f"trial-{n}" for n in range(4)]  # none twice
+    assert len(seeds) == 8 and {r.info.status for r in trials + seeds} == {"FINISHED"}
+    for run in seeds:
+        assert len(client.get_metric_history(run.info.run_id, "eval/mean_return")) == 1
+        for key in run.data.metrics:
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+            assert len(steps) == len(set(steps)), (run.info.run_name, key, steps)
+    for run in trials:
+        assert "spec.resolved.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert run.data.tags["rlsweep.outcome"] == "complete" and "objective" in run.data.metrics
