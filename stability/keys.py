@@ -32,6 +32,7 @@ TRIAL = "rlsweep.trial"
 SEED = "rlsweep.seed"
 KIND = "rlsweep.kind"  # "report": the run holding a sweep's report
 WORKER = "rlsweep.worker"
+NODE = "rlsweep.node"  # where a seed ran: the hostname (local) or its Ray node as IP/node id
 ATTEMPTS = "rlsweep.attempts"  # a job run again after its worker died: how many times it ran
 RETRIED_AFTER = "rlsweep.retried_after"
 CANCELLED = "rlsweep.cancelled"  # why a seed was stopped

@@ -48,6 +48,7 @@ class ActiveTrial:
     parent_run: str = ""
     logged: dict[str, Any] = field(default_factory=dict)  # every hyperparameter, fixed and sampled
     workers: dict[int, str] = field(default_factory=dict)
+    nodes: dict[int, str] = field(default_factory=dict)  # seed -> the machine it ran on (its last start)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     train_seconds: dict[int, float] = field(default_factory=dict)
@@ -265,6 +266,7 @@ class Driver:
             return
         if isinstance(payload, Started):
             active.workers[seed] = payload.worker
+            active.nodes[seed] = payload.node
             return
         self.progress.jobs_done += 1
         tags = self._attempt_tags(event.key)
@@ -280,6 +282,7 @@ class Driver:
             tags |= {
                 keys.OUTCOME: "crashed",
                 keys.WORKER: active.workers.get(seed, ""),
+                keys.NODE: active.nodes.get(seed, ""),
                 keys.ERROR: f"{payload.type}: {payload.message}",
             }
             texts = {"error.txt": payload.traceback or payload.message}
@@ -304,6 +307,7 @@ class Driver:
         active.verdicts[seed] = verdict
         tags = {
             keys.WORKER: active.workers.get(seed, ""),
+            keys.NODE: active.nodes.get(seed, ""),
             **_verdict_tags(verdict),
             keys.STABILITY_CONTEXT: json.dumps(result.context, default=str),
             **{f"rlsweep.{k}": str(v) for k, v in result.extra.items()},

@@ -189,7 +189,7 @@ def export(
             f"point '{res.spec.env.id}'. Use --format sb3, or register the env and sweep that id."
         )
     safe = res.safe(with_repairs=True)
-    counts = Counter(t.failure_class or "healthy" for t in res.finished)
+    counts = Counter(t.label for t in res.finished)
     doc: dict[str, Any] = {
         "sweep": name,
         "algo": res.spec.algo,

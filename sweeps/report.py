@@ -31,12 +31,11 @@ from sweeps.scoring import SCORE_RULE
 # One colour per verdict, in stability.VERDICTS' order (healthy, then the detectors' priority order);
 # a class added later gets grey until it is given one here.
 _PALETTE = ("#2e7d32", "#c62828", "#ef6c00", "#795548", "#6a1b9a", "#1565c0", "#ad1457")
-COLOURS = {v: _PALETTE[i] if i < len(_PALETTE) else "#9e9e9e" for i, v in enumerate(VERDICTS)} | {"crashed": "#424242"}
+COLOURS = {v: _PALETTE[i] if i < len(_PALETTE) else "#9e9e9e" for i, v in enumerate(VERDICTS)} | {
+    "crashed": "#424242",
+    "pruned": "#b0bec5",
+}
 FIGURES = ("failure_map.png", "verdicts.png", "importance.png", "curves.png")
-
-
-def label(t: TrialRecord) -> str:
-    return t.failure_class or "healthy"
 
 
 # --- importance ---------------------------------------------------------------------------------
@@ -108,8 +107,8 @@ def failure_map(res: SweepResults, imp: dict[str, dict[str, float]], path: Path)
             ys = [t.value if t.value is not None else math.nan for t in trials]
             ylabels = None
         jitter = [((t.number * 37) % 11 - 5) * 0.02 for t in trials]  # keep identical points apart
-        for verdict in sorted({label(t) for t in trials}):
-            idx = [i for i, t in enumerate(trials) if label(t) == verdict]
+        for verdict in sorted({t.label for t in trials}):
+            idx = [i for i, t in enumerate(trials) if t.label == verdict]
             ax.scatter(
                 [xs[i] + (jitter[i] if xlabels else 0) for i in idx],
                 [ys[i] + (jitter[i] if ylabels else 0) for i in idx],
@@ -146,7 +145,7 @@ def _log_scaled(res: SweepResults, name: str) -> bool:
 
 
 def verdict_bars(res: SweepResults, path: Path) -> None:
-    counts = Counter(label(t) for t in res.finished)
+    counts = Counter(t.label for t in res.finished)
     fig = _figure(6, 3.5)
     ax = fig.add_subplot()
     names = sorted(counts, key=lambda k: (k != "healthy", -counts[k]))
@@ -164,8 +163,8 @@ def pareto_plot(res: SweepResults, path: Path) -> None:
     front = res.pareto()
     fig = _figure(6, 4.5)
     ax = fig.add_subplot()
-    for verdict in sorted({label(t) for t in done}):
-        chosen = [t for t in done if label(t) == verdict]
+    for verdict in sorted({t.label for t in done}):
+        chosen = [t for t in done if t.label == verdict]
         ax.scatter(
             [(t.values or [0, 0])[1] for t in chosen],
             [(t.values or [0, 0])[0] for t in chosen],
@@ -242,7 +241,7 @@ def curves(res: SweepResults, runs: dict[int, list[tuple[int, list[tuple[int, fl
     for style, t in zip(styles, failing, strict=False):
         for seed, points in runs.get(t.number, []):
             if points:
-                verdict = t.verdicts.get(seed, label(t))  # each seed with its own verdict
+                verdict = t.verdicts.get(seed, t.label)  # each seed with its own verdict
                 ax.plot(
                     *zip(*points, strict=False),
                     linestyle=style,
@@ -310,7 +309,7 @@ def build(name: str, console: Console) -> Path:
 
 
 def summary(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[str, Any], console: Console) -> None:
-    counts = Counter(label(t) for t in res.finished)
+    counts = Counter(t.label for t in res.finished)
     table = Table(title=f"trials by verdict ({res.spec.name}, {len(res.finished)} finished)", title_justify="left")
     table.add_column("verdict")
     table.add_column("trials", justify="right")
@@ -386,7 +385,7 @@ def repair_rows(res: SweepResults) -> list[tuple[str, ...]]:
 
 
 def html_page(res: SweepResults, imp: dict[str, dict[str, float]], ranges: dict[str, Any]) -> str:
-    counts = Counter(label(t) for t in res.finished)
+    counts = Counter(t.label for t in res.finished)
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in counts.most_common())
     best = (
         "".join(

@@ -48,6 +48,12 @@ class TrialRecord:
             return self.verdict if self.verdict not in (None, "healthy") else "crashed"
         return self.verdict if self.verdict not in (None, "healthy") else None
 
+    @property
+    def label(self) -> str:
+        """Its verdict, for counts and plots; a pruned trial without a failure was stopped behind,
+        not found healthy."""
+        return self.failure_class or ("pruned" if self.outcome == "pruned" else "healthy")
+
     def safe(self, n_seeds: int) -> bool:
         """Every seed ran to the end, was evaluated, and was judged healthy."""
         return (

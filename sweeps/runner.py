@@ -76,6 +76,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
         else:  # the cluster's resources decide, within these bounds
             n_workers = min(workers or spec.workers or jobs, jobs)
         warm = (algos.info(spec.algo).module,)
+        if spec.backend.kind == "ray":
+            # Imported here, whole, before Tune's thread starts: Tune imports MLflow's integration
+            # in its own thread, and MLflow's modules import each other in a cycle, so a second
+            # thread importing it at the same time as the tracker's meets a half-initialised
+            # module (seen in CI: "partially initialized module 'mlflow' has no attribute ...").
+            import mlflow  # noqa: F401
         try:
             be = backends.make(spec.backend, n_workers, warm_imports=warm, storage=spec.storage_dir)
         except UsageError:  # refused before anything ran: leave no trace of this sweep

@@ -20,6 +20,7 @@ class Started:
     """A worker took the job. ``worker`` names it (``local-2``, ``ray:NODE_IP:PID``)."""
 
     worker: str
+    node: str = ""  # where: the hostname (local) or the Ray node, as IP/node id
     pid: int | None = None
     device: str | None = None  # Ray: the torch device the job was given
     gpu_ids: tuple[str, ...] = ()  # Ray: the GPUs it was given

@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import socket
 import traceback
 from typing import Any
 
@@ -81,7 +82,12 @@ def _worker_main(
             (
                 "started",
                 config.key,
-                {"worker": name, "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+                {
+                    "worker": name,
+                    "node": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                },
             )
         )
         try:

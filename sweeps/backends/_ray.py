@@ -198,6 +198,7 @@ def run_job(tune_config: dict[str, Any]) -> None:
         "started",
         {
             "worker": f"ray:{ray.util.get_node_ip_address()}:{os.getpid()}",
+            "node": f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:12]}",
             "pid": os.getpid(),
             "device": job.device,
             "gpu_ids": [str(g) for g in gpu_ids],
@@ -221,6 +222,37 @@ def decode_result(payload: dict[str, Any]) -> dict[str, Any]:
         payload = dict(payload, plot_png=base64.b64decode(payload["plot_png"]))
         payload.pop("plot_png_b64")
     return payload
+
+
+# --- the cluster's versions ----------------------------------------------------------------------
+VERSIONED = ("rlsweep", "stable-baselines3")
+
+
+def installed_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+@ray.remote(num_cpus=0)
+def _node_versions() -> dict[str, str]:
+    return installed_versions() | {"node": ray.util.get_node_ip_address()}
+
+
+def version_mismatches(mine: dict[str, str], nodes: list[dict[str, str]]) -> list[str]:
+    """One line per node whose versions differ from ``mine`` (the driver's)."""
+    out = []
+    for node in nodes:
+        differ = [f"{k} {node.get(k)} (driver: {mine[k]})" for k in VERSIONED if node.get(k) != mine[k]]
+        if differ:
+            out.append(f"node {node.get('node', '?')} has {', '.join(differ)}")
+    return out
 
 
 # --- the backend ---------------------------------------------------------------------------------
@@ -252,6 +284,8 @@ class RayBackend(Backend):
         if not ray.is_initialized():  # else: use the connection this process already has
             self._init_ray()
         try:
+            if settings.address is not None:  # a cluster's nodes were installed by others
+                self._check_versions()
             self.capacity = self._capacity(limit)
             self._start_tune()
         except BaseException:
@@ -286,6 +320,30 @@ class RayBackend(Backend):
                 f"this machine belongs to; 'ray://HOST:10001' a remote one)."
             ) from None
         self._started_ray = True  # ours to shut down (a local instance) or disconnect from (a cluster)
+
+    def _check_versions(self) -> None:
+        """Refuse a cluster with a node whose rlsweep or stable-baselines3 differs from the driver's:
+        its trials would run other code than the one the driver validated and records."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        asks = [
+            _node_versions.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+            for node in alive
+        ]
+        answers = []
+        for ask in asks:
+            try:
+                answers.append(ray.get(ask, timeout=120))
+            except ray.exceptions.RayError:  # the node left meanwhile: it runs nothing of ours
+                continue
+        problems = version_mismatches(installed_versions(), answers)
+        if problems:
+            raise UsageError(
+                "the Ray cluster's nodes must run the driver's versions; "
+                + "; ".join(problems)
+                + ". Install the same versions on every node (see the README's 'Running on Ray')."
+            )
 
     def _capacity(self, limit: int | None) -> int:
         """How many jobs can run at once, from what each alive node offers. A request no node can
