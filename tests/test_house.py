@@ -44,7 +44,7 @@ def test_verdict_names_come_from_the_detector_registry():
 
     assert PRIORITY == tuple(d.name for d in DETECTORS) and VERDICTS == ("healthy", *PRIORITY)
     assert set(DEFAULTS) == set(PRIORITY)  # every detector has its thresholds, and nothing else does
-    assert set(COLOURS) == {*VERDICTS, "crashed"} and len(set(COLOURS.values())) == len(COLOURS)
+    assert set(COLOURS) == {*VERDICTS, "crashed", "pruned"} and len(set(COLOURS.values())) == len(COLOURS)
 
 
 def _import_graph() -> dict[str, set[str]]:
