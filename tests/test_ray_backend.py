@@ -269,8 +269,12 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     stopped = [r for r in seed_runs if r.data.tags["rlsweep.trial"] != str(good.number)]
     assert len(stopped) == 4 and {r.data.tags["rlsweep.outcome"] for r in stopped} == {"skipped"}
     assert all(r.info.status == "KILLED" and "pruned by" in r.data.tags["rlsweep.cancelled"] for r in stopped)
-    for run in stopped:  # stopped there (at its next update or report), not trained on to the end
-        assert max(m.step for m in client.get_metric_history(run.info.run_id, "eval/periodic_return")) <= 3072
+    # stopped, not trained to the end (6144): a local worker at its next update, so before the next
+    # evaluation; Ray at the job's next batched report (at most a second apart), which on a loaded
+    # machine can come after one more evaluation (4096 was seen in CI)
+    last = 3072 if backend == "local" else 5120
+    for run in stopped:
+        assert max(m.step for m in client.get_metric_history(run.info.run_id, "eval/periodic_return")) <= last
 
 
 def test_backend_section_is_checked(write_spec) -> None:
