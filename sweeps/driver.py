@@ -276,7 +276,7 @@ class Driver:
         elif isinstance(payload, Cancelled):
             active.skipped.add(seed)
             tags |= {keys.OUTCOME: "skipped", keys.CANCELLED: payload.reason}
-            self._mlflow.append(lambda: self.tracker.end_run(active.child_runs[seed], "KILLED", tags=tags))
+            self._mlflow.append(partial(self._end_seed_run, active, seed, "KILLED", tags=tags))
         else:
             active.errors[seed] = payload
             tags |= {
@@ -286,14 +286,15 @@ class Driver:
                 keys.ERROR: f"{payload.type}: {payload.message}",
             }
             texts = {"error.txt": payload.traceback or payload.message}
-            self._mlflow.append(lambda: self.tracker.end_run(active.child_runs[seed], "FAILED", tags=tags, texts=texts))
+            self._mlflow.append(partial(self._end_seed_run, active, seed, "FAILED", tags=tags, texts=texts))
         if active.finished:
             self._close_trial(active)
         elif active.periodic:
             self._report(active)  # a step may have waited only on the seed that just ended
 
-    def _end_seed_run(self, active: ActiveTrial, seed: int, status: str, tags: dict[str, str]) -> None:
-        self.tracker.end_run(active.child_runs[seed], status, tags=tags)
+    def _end_seed_run(self, active: ActiveTrial, seed: int, status: str, **fields: Any) -> None:
+        """End a seed's run; its id is read now, when the write runs (after the run's creation)."""
+        self.tracker.end_run(active.child_runs[seed], status, **fields)
 
     def _log_late(self, active: ActiveTrial, seed: int, step: int, values: dict[str, float]) -> None:
         self.tracker.log_metrics(active.child_runs[seed], step, values)
@@ -329,8 +330,8 @@ class Driver:
                 tags[keys.ERROR] = crash
             self._skip_rest(active)
             self._mlflow.append(
-                lambda: self.tracker.end_run(
-                    active.child_runs[seed], "FAILED", metrics=metrics, tags=tags, texts=texts, files=files
+                partial(
+                    self._end_seed_run, active, seed, "FAILED", metrics=metrics, tags=tags, texts=texts, files=files
                 )
             )
             return
@@ -339,9 +340,7 @@ class Driver:
         metrics |= {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
         tags[keys.OUTCOME] = "complete"
         self._mlflow.append(
-            lambda: self.tracker.end_run(
-                active.child_runs[seed], "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files
-            )
+            partial(self._end_seed_run, active, seed, "FINISHED", metrics=metrics, tags=tags, texts=texts, files=files)
         )
 
     def _values(self, returns: dict[int, float], train_seconds: dict[int, float]) -> list[float]:
@@ -393,7 +392,9 @@ class Driver:
         for config in self.pool.unqueue(active.number):
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
-            self._mlflow.append(partial(self._end_seed_run, active, config.seed, "KILLED", {keys.OUTCOME: "skipped"}))
+            self._mlflow.append(
+                partial(self._end_seed_run, active, config.seed, "KILLED", tags={keys.OUTCOME: "skipped"})
+            )
 
     def _close_trial(self, active: ActiveTrial) -> None:
         from optuna.trial import TrialState

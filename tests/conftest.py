@@ -42,11 +42,3 @@ def cli(workdir: Path):
         )
 
     return run
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``) every test that starts a Ray instance runs in the
-    same worker, one after another: two instances at once would fight over 2 cores and memory."""
-    for item in items:
-        if "ray" in item.nodeid.split("::")[0] or "[ray" in item.nodeid or "ray" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("ray"))
