@@ -37,6 +37,10 @@ from sweeps.trial import PERIODIC_RETURN, TrialResult
 
 # After training ends, how long the driver waits for an absent tracking server to take the writes held.
 OUTAGE_LIMIT = 600.0
+# The most time one turn of the driver's loop spends on MLflow writes: a backlog of them (a slow
+# store, a server back from an outage) must not keep events waiting, since a pruning or stop_on
+# decision taken late lets the seeds it stops train on meanwhile.
+WRITE_BUDGET = 0.5
 
 
 @dataclass
@@ -157,7 +161,7 @@ class Driver:
             self._next_repair(plan)
         try:
             while self._fill() or self.active:
-                self._write_mlflow()
+                self._write_mlflow(budget=WRITE_BUDGET)
                 for event in self.pool.poll(timeout=0.25):
                     self._handle(event)
                 self._tracked(self.tracker.flush_if_due)
@@ -177,10 +181,12 @@ class Driver:
         self.progress.repairing = len(self.active) - self.progress.running
         return self.pool.busy
 
-    def _write_mlflow(self) -> None:
-        """The MLflow writes that piled up, in order. While the tracking server is away they are
-        held (training and Optuna go on) and tried again with backoff; each is done once."""
-        while self._mlflow and self._tracked(self._mlflow[0]):
+    def _write_mlflow(self, budget: float | None = None) -> None:
+        """The MLflow writes that piled up, in order, for at most ``budget`` seconds (all of them
+        without one). While the tracking server is away they are held (training and Optuna go on)
+        and tried again with backoff; each is done once."""
+        until = math.inf if budget is None else time.monotonic() + budget
+        while self._mlflow and time.monotonic() < until and self._tracked(self._mlflow[0]):
             self._mlflow.popleft()
         self.progress.tracking_held = len(self._mlflow)
 

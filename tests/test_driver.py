@@ -223,3 +223,18 @@ def test_an_event_takes_its_kind_from_its_payload_and_the_wire_form_is_checked()
     assert from_wire("started", [1, 0], {"worker": "w", "gpu_ids": ["0"]}).payload.gpu_ids == ("0",)
     with pytest.raises(ValueError, match="unknown event kind 'bogus'"):
         from_wire("bogus", (1, 0), {})
+
+
+# --- tracking writes do not hold up events ------------------------------------------------------
+def test_a_backlog_of_tracking_writes_is_done_in_order_a_budget_at_a_time():
+    import time
+
+    driver, *_ = _driver(_healthy)
+    done: list[int] = []
+    for n in range(6):
+        driver._mlflow.append(lambda n=n: (time.sleep(0.1), done.append(n)))
+    driver._write_mlflow(budget=0.25)  # a turn of the loop: some writes, then back to the events
+    assert 1 <= len(done) <= 4 and done == list(range(len(done)))
+    assert driver.progress.tracking_held == 6 - len(done)
+    driver._write_mlflow()  # at the end: all of them, still in order
+    assert done == list(range(6)) and driver.progress.tracking_held == 0

@@ -3,7 +3,9 @@ node, one CPU each), a sweep run against its address, and the worker node killed
 
 from __future__ import annotations
 
+import contextlib
 import io
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -11,10 +13,7 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray")
-from optuna.trial import TrialState  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
-
-COMPLETE = TrialState.COMPLETE
 
 from tests.helpers import split_runs, stores, tiny_spec  # noqa: E402
 
@@ -32,18 +31,26 @@ def test_seeds_spread_over_the_nodes_and_a_lost_node_s_seeds_run_again_on_the_ot
     cluster.wait_for_nodes()
     killed: list[float] = []
 
-    def kill_worker_node() -> None:  # once two trials are done: the next two are then running, one per node
-        import optuna
+    worker_id = worker.node_id[:12]  # as seed runs name their node: "IP/node id"
+    seen: list[str] = []
 
-        storage = f"sqlite:///{workdir / 'results' / 'cluster' / 'optuna.db'}"
-        deadline = time.monotonic() + 300
+    def kill_worker_node() -> None:
+        """Once the worker node has finished a seed (its next one is then starting), kill it. The
+        store is read with sqlite3, read-only: an MLflow client here could race the sweep's own
+        tracker creating the store's tables."""
+        db = workdir / "results" / "mlflow.db"
+        finished = "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+        finished += "WHERE r.status = 'FINISHED' AND t.key = 'rlsweep.node'"
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             try:
-                done = optuna.load_study(study_name="cluster", storage=storage).get_trials(states=(COMPLETE,))
-            except (KeyError, ValueError, optuna.exceptions.StorageInternalError):
-                done = []  # the study is not created yet
-            if len(done) >= 2:
-                time.sleep(2)
+                with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+                    nodes = [row[0] for row in con.execute(finished)]
+            except sqlite3.Error as exc:  # not created yet, or busy: look again
+                seen[:] = [repr(exc)]
+                nodes = []
+            if any(n.endswith(worker_id) for n in nodes) and len(nodes) < 4:
+                time.sleep(1.5)
                 cluster.remove_node(worker, allow_graceful=False)
                 killed.append(time.monotonic())
                 return
@@ -67,7 +74,7 @@ def test_seeds_spread_over_the_nodes_and_a_lost_node_s_seeds_run_again_on_the_ot
         ray.shutdown()
         cluster.shutdown()
     client, experiment, study = stores(workdir, "cluster")
-    assert killed, "the sweep ended before the worker node was killed: make it longer"
+    assert killed, f"the worker node was never killed (the last error seen: {seen})"
     assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 6  # nothing lost
     trials, seeds = split_runs(client, experiment.experiment_id)
     assert sorted(r.info.run_name for r in seeds) == sorted(f"trial-{n}-seed-0" for n in range(6))  # none twice
