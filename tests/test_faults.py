@@ -120,8 +120,12 @@ def test_four_workers_forty_trials_lose_and_repeat_nothing(tmp_path: Path) -> No
         stability={"enabled": False},
     )
     (tmp_path / "crowd.yaml").write_text(yaml.safe_dump(data))
+    ours = set(descendants())
     result = rlsweep(tmp_path, "run", "crowd.yaml", "--workers", "4")
     assert result.returncode == 0, result.stdout + result.stderr
+    # it returned only after every process it started had ended: workers and helpers (this process
+    # is their subreaper, so an orphan would be seen here), with no grace period
+    assert {pid: cmd for pid, cmd in descendants().items() if pid not in ours} == {}
     client, experiment, study = stores(tmp_path, "crowd")
     trials = study.get_trials()
     assert sorted(t.number for t in trials) == list(range(40))
