@@ -16,7 +16,11 @@ from stability import keys
 from sweeps.errors import UsageError
 
 _BATCH = 500  # per log_batch call: measured cheapest per point with MLflow 3.17 + SQLite (0.12 ms)
-_FLUSH_SECONDS = 10.0  # curves reach the UI this often; a run also flushes when it has _BATCH points
+_FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has waited this long
+# The most time one turn of the driver's loop spends sending due points (at least one run is sent):
+# sending every run's buffer at once stalled the loop for (runs x one call) at a time, which with
+# 64 fast seeds on SQLite held events back for seconds (tests/bench/driver_scale.py).
+_FLUSH_BUDGET = 0.25
 
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told it holds training runs.
@@ -108,7 +112,7 @@ class MlflowTracker:
                 self.client.restore_experiment(found.experiment_id)
         self._buffers: dict[str, list] = {}
         self._tried: set[str] = set()  # run keys whose creation was asked for
-        self._last_flush = time.monotonic()
+        self._since: dict[str, float] = {}  # run -> when its oldest buffered point came (oldest first)
 
     # --- runs -----------------------------------------------------------------------------
     def start_trial(
@@ -251,18 +255,25 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
+        self._since.setdefault(run_id, time.monotonic())
         self._buffers.setdefault(run_id, []).extend(
             Metric(key, float(value), now, int(step)) for key, value in values.items()
         )  # sent by flush_if_due (the driver's loop) or end_run: never a network call here
 
-    def flush_if_due(self) -> None:
-        if time.monotonic() - self._last_flush >= _FLUSH_SECONDS:
-            self.flush()
+    def flush_if_due(self, budget: float = _FLUSH_BUDGET) -> None:
+        """Send the runs whose oldest point has waited ``_FLUSH_SECONDS``, oldest first, for about
+        ``budget`` seconds at most; the rest wait for the next turn of the loop."""
+        until = time.monotonic() + budget
+        for run_id, since in list(self._since.items()):
+            if time.monotonic() - since < _FLUSH_SECONDS:
+                break  # the runs after it came later still
+            self._flush_run(run_id)
+            if time.monotonic() > until:
+                break
 
     def flush(self) -> None:
         for run_id in list(self._buffers):
             self._flush_run(run_id)
-        self._last_flush = time.monotonic()
 
     def _flush_run(self, run_id: str, tags: list | None = None) -> None:
         """Send the run's buffered points; what a failed call did not send stays buffered (MLflow
@@ -272,6 +283,7 @@ class MlflowTracker:
             self.client.log_batch(run_id, metrics=buffer[:_BATCH])
             del buffer[:_BATCH]
         self._buffers.pop(run_id, None)
+        self._since.pop(run_id, None)
         if tags:
             self.client.log_batch(run_id, tags=tags)
 
