@@ -160,6 +160,12 @@ def bench_repair(repeat: int) -> dict:
     return _script("repair_bench.py", "--jobs", "2")
 
 
+def bench_scale(repeat: int) -> dict:
+    """The real driver against a replayed event stream at 16-1024 concurrent seeds, SQLite and an
+    HTTP tracking server (driver_scale.py: writes scale.md)."""
+    return _script("driver_scale.py")
+
+
 BENCHES = {
     "overhead": bench_overhead,
     "scaling": bench_scaling,
@@ -171,6 +177,7 @@ BENCHES = {
     "ray": bench_ray,
     "reliability": bench_reliability,
     "repair": bench_repair,
+    "scale": bench_scale,
 }
 
 

@@ -1,0 +1,389 @@
+"""Driver scale, by simulation: how many concurrent seeds one driver process keeps up with.
+
+1. **Record.** One seed of the quickstart sweep (PPO on CartPole, its smallest rollout, so its
+   busiest event stream) is trained for real in this process; every event it reports and when is
+   kept in ``results/benchmarks/driver_events.json`` (its result too, verdict and plot included).
+2. **Replay.** The real :class:`sweeps.driver.Driver`, with its real Optuna study (SQLite on disk)
+   and a real MLflow store, runs against :class:`Replay`, a backend that plays that stream for N
+   seeds at once at its recorded rate, each seed starting where a slot frees (the first wave
+   spread over one seed's length, as a sweep in steady state). Each (N, store) runs in a fresh
+   process for ``--seconds``, then is interrupted as Ctrl-C would.
+3. **Figures**, per (N, store): the driver's CPU in cores (process CPU time / wall: the
+   driver is all this process does), its CPU per seed-second, the lag from an event being due to
+   the driver taking it (p50, p95, max), the latency from a metric being due to it being sent to
+   MLflow, the seeds finished against those a driver with no cost would have finished, and the
+   peak RSS. The largest N also runs under cProfile: what saturates the driver.
+   Written to ``results/benchmarks/scale.json`` and ``scale.md``.
+
+    python tests/bench/driver_scale.py [--seconds 40] [--n 16,64,256,1024] [--stores sqlite,server]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import cProfile
+import heapq
+import io
+import itertools
+import json
+import os
+import pstats
+import random
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+OUT = REPO / "results" / "benchmarks"
+EVENTS = OUT / "driver_events.json"
+EMITTED = "bench/emitted_at"  # rides in a replayed metrics dump; the timed tracker takes it out
+
+SPEC: dict[str, Any] = {
+    "name": "scale",
+    "env": {"id": "CartPole-v1", "n_envs": 4},
+    "algo": "PPO",
+    "total_timesteps": 20000,
+    "hyperparams": {"n_epochs": 10, "gae_lambda": 0.95, "policy_kwargs": {"net_arch": [64, 64]}},
+    "space": {
+        "learning_rate": {"type": "loguniform", "low": 1.0e-4, "high": 3.0e-3},
+        "n_steps": {"type": "choice", "values": [64, 128, 256]},
+        "batch_size": {"type": "choice", "values": [64, 128]},
+        "gamma": {"type": "choice", "values": [0.98, 0.99, 0.999]},
+        "clip_range": {"type": "uniform", "low": 0.1, "high": 0.3},
+        "ent_coef": {"type": "loguniform", "low": 1.0e-5, "high": 1.0e-2},
+    },
+    "seeds": 2,
+    "trials": 1_000_000,  # never reached: each replay is interrupted after --seconds
+    "sampler": {"kind": "tpe", "seed": 0, "n_startup_trials": 4},
+    "objective": {"eval_episodes": 10},
+}
+RECORDED_PARAMS = {
+    "learning_rate": 3e-4,
+    "n_steps": 64,
+    "batch_size": 64,
+    "gamma": 0.99,
+    "clip_range": 0.2,
+    "ent_coef": 1e-4,
+}
+
+
+# --- 1. record ----------------------------------------------------------------------------------
+def record() -> dict[str, Any]:
+    from sweeps import trial
+    from sweeps.configs import stability_settings, trial_configs
+    from sweeps.spec import from_dict
+
+    spec = from_dict(SPEC | {"trials": 1})
+    _, (config,) = trial_configs(spec, 0, RECORDED_PARAMS, [0], stability_settings(spec))
+    dumps: list[tuple[float, int, dict[str, float]]] = []
+    started = time.monotonic()
+
+    class Recording:
+        def metrics(self, step: int, values: dict[str, float]) -> None:
+            dumps.append((time.monotonic() - started, step, dict(values)))
+
+    result = trial.run(config, Recording()).to_dict()
+    seconds = time.monotonic() - started
+    if result.get("plot_png"):
+        result["plot_png"] = base64.b64encode(result["plot_png"]).decode()
+    stream = {"seconds": seconds, "metrics": dumps, "result": result}
+    OUT.mkdir(parents=True, exist_ok=True)
+    EVENTS.write_text(json.dumps(stream))
+    return stream
+
+
+# --- 2. replay ----------------------------------------------------------------------------------
+def _replay_classes() -> tuple[type, type]:
+    """The backend and tracker used in a replay (imported here: the driver's modules are heavy)."""
+    from sweeps.backends import Backend, Cancelled, Event, Metrics, Started
+    from sweeps.tracking import MlflowTracker
+    from sweeps.trial import TrialResult
+
+    class Replay(Backend):
+        """Plays the recorded stream for each submitted job at its recorded times. The measured
+        window opens at the first poll (every slot filled once: its cost is ``fill_s``) and, after
+        ``seconds``, calls ``at_until`` with the driver's CPU time and wall clock over it."""
+
+        name = "replay"
+
+        def __init__(self, stream: dict[str, Any], capacity: int, seconds: float) -> None:
+            self.capacity, self.seconds = capacity, seconds
+            self.length = stream["seconds"]
+            self.dumps = stream["metrics"]
+            result = dict(stream["result"])
+            if result.get("plot_png"):
+                result["plot_png"] = base64.b64decode(result["plot_png"])
+            self.result = TrialResult(**result)
+            self.due: list[tuple[float, int, tuple[int, int], Any]] = []
+            self.count = itertools.count()
+            self.submitted = 0
+            self.finished = 0
+            self.lags: list[float] = []
+            self.rng = random.Random(0)
+            self.started = time.monotonic()
+            self.window: dict[str, float] = {}
+            self.at_until: Any = None
+
+        def _push(self, at: float, key: tuple[int, int], payload: Any) -> None:
+            heapq.heappush(self.due, (at, next(self.count), key, payload))
+
+        def submit(self, config: Any) -> None:
+            now = time.monotonic()
+            # the first wave joins its streams part way through, as in a sweep under way: N seeds
+            # always in flight, finishing at an even rate from the start
+            start = now - (self.rng.uniform(0, self.length) if self.submitted < self.capacity else 0.0)
+            self.submitted += 1
+            self._push(now, config.key, Started(f"replay-{config.key}", node="replay"))
+            for offset, step, values in self.dumps:
+                if start + offset >= now:
+                    self._push(start + offset, config.key, Metrics(step, dict(values, **{EMITTED: start + offset})))
+            self._push(start + self.length, config.key, self.result)
+
+        def cancel(self, keys: list[tuple[int, int]], reason: str) -> None:
+            gone = set(keys)
+            self.due = [d for d in self.due if d[2] not in gone]
+            heapq.heapify(self.due)
+            for key in keys:
+                self._push(time.monotonic(), key, Cancelled(reason))
+
+        def poll(self, timeout: float) -> list[Any]:
+            now = time.monotonic()
+            if not self.window:  # the first poll: every slot was filled once; the window opens
+                self.window = {"start": now, "cpu": _cpu(), "fill_s": now - self.started}
+            elif now >= self.window["start"] + self.seconds:
+                self.window |= {"wall": now - self.window["start"], "cpu": _cpu() - self.window["cpu"]}
+                self.at_until()  # the figures, taken now; a driver's Ctrl-C clean-up is not measured
+            if not self.due or self.due[0][0] > now:
+                wait = min(timeout, (self.due[0][0] - now) if self.due else timeout)
+                time.sleep(max(wait, 0.0))
+                now = time.monotonic()
+            out = []
+            while self.due and self.due[0][0] <= now:
+                at, _, key, payload = heapq.heappop(self.due)
+                if at >= self.window["start"]:  # due inside the window (not while the slots were filled)
+                    self.lags.append(now - at)
+                    self.finished += isinstance(payload, TrialResult)
+                out.append(Event(key, payload))
+            return out
+
+        def close(self) -> None:
+            self.due = []
+
+    class TimedTracker(MlflowTracker):
+        """The real tracker; also notes when each replayed metric point is sent to MLflow."""
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.emitted: dict[str, list[float]] = {}
+            self.latencies: list[float] = []
+
+        def log_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
+            values = dict(values)
+            emitted = values.pop(EMITTED, None)
+            if emitted is not None:
+                self.emitted.setdefault(run_id, []).append(emitted)
+            super().log_metrics(run_id, step, values)
+
+        def _flush_run(self, run_id: str, tags: list | None = None) -> None:
+            super()._flush_run(run_id, tags)
+            now = time.monotonic()
+            self.latencies += [now - at for at in self.emitted.pop(run_id, [])]
+
+    return Replay, TimedTracker
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p95": float("nan"), "max": float("nan")}
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 3),
+        "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 3),
+        "max": round(ordered[-1], 3),
+    }
+
+
+def replay_one(n: int, uri: str, seconds: float, folder: Path, profile: bool) -> None:
+    """One replay in this process: N concurrent seeds for ``seconds``; prints its figures (JSON)."""
+    import optuna
+
+    from sweeps.driver import Driver
+    from sweeps.spec import from_dict
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    stream = json.loads(EVENTS.read_text())
+    Replay, TimedTracker = _replay_classes()
+    spec = from_dict(SPEC | {"tracking": {"mlflow_uri": uri}})
+    study = optuna.create_study(
+        study_name="scale", storage=f"sqlite:///{folder / 'optuna.db'}", direction="maximize", load_if_exists=True
+    )
+    tracker = TimedTracker(uri, "scale", "scale", folder / "artifacts")
+    backend = Replay(stream, n, seconds)
+    driver = Driver(spec, backend, tracker, study)
+    profiler = cProfile.Profile() if profile else None
+
+    def at_until() -> None:
+        if profiler:
+            profiler.disable()
+        print(json.dumps(_figures(n, uri, stream, backend, tracker, profiler)), flush=True)
+        os._exit(0)  # the driver's clean-up after a Ctrl-C (closing every run) is not what is measured
+
+    backend.at_until = at_until
+    if profiler:
+        profiler.enable()
+    driver.run()
+    raise RuntimeError("the replay ended before its time was up")
+
+
+def _figures(n: int, uri: str, stream: dict[str, Any], backend: Any, tracker: Any, profiler: Any) -> dict[str, Any]:
+    stopped = backend.window
+    ideal = n * stopped["wall"] / stream["seconds"]  # N seeds always in flight, each its recorded length
+    figures: dict[str, Any] = {
+        "n": n,
+        "store": "server" if uri.startswith("http") else "sqlite",
+        "fill_s": round(stopped["fill_s"], 1),
+        "wall_s": round(stopped["wall"], 1),
+        "driver_cores": round(stopped["cpu"] / stopped["wall"], 3),
+        "cpu_ms_per_seed_second": round(1000 * stopped["cpu"] / (n * stopped["wall"]), 3),
+        "events": len(backend.lags),
+        "event_lag_s": _percentiles(backend.lags),
+        "metric_write_latency_s": _percentiles(tracker.latencies),
+        "seeds_finished": backend.finished,
+        "seeds_finished_with_no_driver_cost": round(ideal, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
+        figures["profile_top"] = _profile_lines(text.getvalue())
+    return figures
+
+
+def _profile_lines(text: str) -> list[str]:
+    """cProfile's table, its rows only, with paths made short."""
+    rows = []
+    started = False
+    for line in text.splitlines():
+        if line.strip().startswith("ncalls"):
+            started = True
+            continue
+        if started and line.strip():
+            rows.append(line.replace(str(REPO) + "/", "").replace(sys.prefix, "<venv>")[:160])
+    return rows
+
+
+# --- stores -------------------------------------------------------------------------------------
+def _serve(folder: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    command += ["--backend-store-uri", f"sqlite:///{folder / 'server.db'}", "--artifacts-destination", str(folder)]
+    proc = subprocess.Popen(
+        command, cwd=folder, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("mlflow server did not start") from None
+            time.sleep(0.5)
+
+
+def _measure(n: int, store: str, seconds: float, profile: bool) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix="rlsweep-scale-"))
+    server = None
+    try:
+        if store == "server":
+            server, uri = _serve(folder)
+        else:
+            uri = f"sqlite:///{folder / 'mlflow.db'}"
+        command = [sys.executable, __file__, "--one", str(n), "--uri", uri, "--seconds", str(seconds)]
+        command += ["--folder", str(folder)] + (["--profile"] if profile else [])
+        done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-3000:])
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def _markdown(stream: dict[str, Any], rows: list[dict[str, Any]], seconds: float) -> str:
+    dumps = len(stream["metrics"])
+    lines = [
+        "# Driver scale (tests/bench/driver_scale.py)",
+        "",
+        f"The real driver and stores against a replay of one recorded quickstart seed ({dumps} metric dumps "
+        f"over {stream['seconds']:.1f} s, then its result), N seeds at once, {seconds:.0f} s each, one "
+        "process per row. Driver cores: its CPU time over wall time (1.0 = one core saturated). Lag: "
+        "an event due to the driver taking it. Write latency: a metric due to it being sent to MLflow "
+        "(metrics are batched per run and flushed every 10 s, so about 5 s is the design's own latency).",
+        "",
+        "| N | store | driver cores | CPU ms / seed-s | events | lag p50 / p95 / max (s) "
+        "| write latency p50 / p95 (s) | seeds done / with no driver cost | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lag, lat = r["event_lag_s"], r["metric_write_latency_s"]
+        lines.append(
+            f"| {r['n']} | {r['store']} | {r['driver_cores']} | {r['cpu_ms_per_seed_second']} | {r['events']} "
+            f"| {lag['p50']} / {lag['p95']} / {lag['max']} | {lat['p50']} / {lat['p95']} "
+            f"| {r['seeds_finished']} / {r['seeds_finished_with_no_driver_cost']} | {r['peak_rss_mib']} |"
+        )
+    for r in rows:
+        if "profile_top" in r:
+            lines += ["", f"## Where the driver's time goes at N = {r['n']} ({r['store']}), cProfile by own time", ""]
+            lines += ["```", *r["profile_top"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--n", default="16,64,256,1024")
+    parser.add_argument("--stores", default="sqlite,server")
+    parser.add_argument("--rerecord", action="store_true", help="train the recorded seed again")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--uri", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one is not None:
+        replay_one(args.one, args.uri, args.seconds, Path(args.folder), args.profile)
+        return
+    stream = json.loads(EVENTS.read_text()) if EVENTS.is_file() and not args.rerecord else record()
+    sizes = [int(x) for x in args.n.split(",")]
+    rows = []
+    for store in args.stores.split(","):
+        for n in sizes:
+            print(f"replaying N={n} on {store} ...", file=sys.stderr, flush=True)
+            rows.append(_measure(n, store, args.seconds, profile=n == max(sizes)))
+            (OUT / "scale.json").write_text(json.dumps(rows, indent=2))  # each row as it comes
+            (OUT / "scale.md").write_text(_markdown(stream, rows, args.seconds))
+    summary = {f"{r['store']}_{r['n']}": {"cores": r["driver_cores"], "lag_p95": r["event_lag_s"]["p95"]} for r in rows}
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
