@@ -120,6 +120,38 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (at the moment it is returned)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_mlflow(folder: Path, port: int) -> subprocess.Popen:
+    """A real ``mlflow server`` on ``port``: a SQLite store in ``folder`` and artifacts proxied to
+    ``folder/art`` (``--artifacts-destination``); returns once it answers. Stop it with
+    :func:`stop_server`."""
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    command += ["--backend-store-uri", f"sqlite:///{folder / 'store.db'}"]
+    command += ["--artifacts-destination", str(folder / "art")]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+    proc = subprocess.Popen(command, cwd=folder, start_new_session=True, **quiet)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                return proc
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "mlflow server did not start"
+            time.sleep(0.5)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server started in its own session, and everything it started."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
 class UiServer:
     """A running ``rlsweep ui``: its base URL, port, the experiment it was asked about, and (after
     it stopped) everything it printed."""
@@ -135,9 +167,7 @@ class UiServer:
 def ui_server(cwd: Path, name: str) -> Iterator[UiServer]:
     """Start the real ``rlsweep ui NAME`` on a free loopback port, wait until MLflow's REST API
     knows the experiment, and stop it (and read its output) on the way out."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        server = UiServer(s.getsockname()[1])
+    server = UiServer(free_port())
     proc = subprocess.Popen(
         [sys.executable, "-m", "sweeps", "ui", name, "--port", str(server.port)],
         cwd=cwd,

@@ -4,13 +4,9 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from sweeps import tracking
-from tests.helpers import split_runs, subprocess_env, tiny_spec
+from tests.helpers import free_port, serve_mlflow, split_runs, stop_server, subprocess_env, tiny_spec
 
 
 class _Flaky:
@@ -95,44 +91,15 @@ _DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SECRET = "s3cret-token-that-must-not-leak"  # noqa: S105 (a marker searched for, no credential)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(folder: Path, port: int) -> subprocess.Popen:
-    """A real ``mlflow server`` on ``port``: a SQLite store in ``folder`` and artifacts proxied to
-    ``folder/art`` (``--artifacts-destination``); returns once it answers."""
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    command += ["--backend-store-uri", f"sqlite:///{folder / 'store.db'}"]
-    command += ["--artifacts-destination", str(folder / "art")]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
-    proc = subprocess.Popen(command, cwd=folder, start_new_session=True, **quiet)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                return proc
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, "mlflow server did not start"
-            time.sleep(0.5)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A real tracking server for the module: its URI and its folder."""
-    folder, port = tmp_path_factory.mktemp("server"), _free_port()
-    proc = _serve(folder, port)
+    folder, port = tmp_path_factory.mktemp("server"), free_port()
+    proc = serve_mlflow(folder, port)
     try:
         yield f"http://127.0.0.1:{port}", folder
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 def test_a_sweep_tracks_to_a_shared_server_and_every_command_reads_it_back(
@@ -167,7 +134,7 @@ def test_a_sweep_tracks_to_a_shared_server_and_every_command_reads_it_back(
 
 
 def test_an_unreachable_server_is_refused_in_one_line_before_anything_runs(write_spec, cli, workdir):
-    port = _free_port()  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     write_spec(tiny_spec("nowhere", tracking={"mlflow_uri": f"http://127.0.0.1:{port}"}))
     started = time.monotonic()
     result = cli("run", "sweep.yaml")
@@ -193,8 +160,8 @@ def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tm
     retries them, and every run, metric point and artifact arrives exactly once."""
     import optuna
 
-    port = _free_port()
-    uri, server = f"http://127.0.0.1:{port}", _serve(tmp_path, port)
+    port = free_port()
+    uri, server = f"http://127.0.0.1:{port}", serve_mlflow(tmp_path, port)
     write_spec(tiny_spec("outage", trials=4, tracking={"mlflow_uri": uri}))
     log = (workdir / "run.log").open("w")
     command = [sys.executable, "-m", "sweeps", "run", "sweep.yaml", "--workers", "2"]
@@ -211,21 +178,21 @@ def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tm
                 break
             time.sleep(0.5)
         assert finished, "no run finished before the outage"
-        _stop(server)
+        stop_server(server)
         stopped = time.monotonic()
         storage = f"sqlite:///{workdir / 'results' / 'outage' / 'optuna.db'}"
         done_before = len(optuna.load_study(study_name="outage", storage=storage).get_trials(states=_DONE))
         time.sleep(12)  # retried after 1, 2, 4 and 8 s meanwhile
         done_during = len(optuna.load_study(study_name="outage", storage=storage).get_trials(states=_DONE))
         assert done_during > done_before and sweep.poll() in (None, 0)  # trained and told Optuna meanwhile
-        server = _serve(tmp_path, port)
+        server = serve_mlflow(tmp_path, port)
         assert sweep.wait(timeout=300) == 0, (workdir / "run.log").read_text()[-3000:]
         assert time.monotonic() - stopped > 12
         _check_exactly_once(uri, (workdir / "run.log").read_text())
     finally:
         if sweep.poll() is None:
             sweep.kill()
-        _stop(server)
+        stop_server(server)
 
 
 def _check_exactly_once(uri: str, output: str) -> None:

@@ -31,14 +31,11 @@ import os
 import pstats
 import random
 import resource
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -287,33 +284,16 @@ def _profile_lines(text: str) -> list[str]:
     return rows
 
 
-# --- stores -------------------------------------------------------------------------------------
-def _serve(folder: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    command += ["--backend-store-uri", f"sqlite:///{folder / 'server.db'}", "--artifacts-destination", str(folder)]
-    proc = subprocess.Popen(
-        command, cwd=folder, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("mlflow server did not start") from None
-            time.sleep(0.5)
-
-
+# --- one row --------------------------------------------------------------------------------------
 def _measure(n: int, store: str, seconds: float, profile: bool) -> dict[str, Any]:
+    from tests.helpers import free_port, serve_mlflow, stop_server
+
     folder = Path(tempfile.mkdtemp(prefix="rlsweep-scale-"))
     server = None
     try:
         if store == "server":
-            server, uri = _serve(folder)
+            port = free_port()
+            server, uri = serve_mlflow(folder, port), f"http://127.0.0.1:{port}"
         else:
             uri = f"sqlite:///{folder / 'mlflow.db'}"
         command = [sys.executable, __file__, "--one", str(n), "--uri", uri, "--seconds", str(seconds)]
@@ -324,8 +304,7 @@ def _measure(n: int, store: str, seconds: float, profile: bool) -> dict[str, Any
         return json.loads(done.stdout.strip().splitlines()[-1])
     finally:
         if server is not None:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            stop_server(server)
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
