@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", help="sweep YAML file")
     run.add_argument("--workers", type=_positive, help="parallel trial seeds (default: spec 'workers' or CPUs)")
     run.add_argument("--trials", type=_positive, help="number of trials (overrides the spec's 'trials')")
+    run.add_argument(
+        "--time-budget",
+        metavar="DURATION",
+        help="open no trial after this long, e.g. 3600, 90m or 2h; running ones finish "
+        "(overrides the spec's 'time_budget')",
+    )
     run.add_argument("--backend", choices=["local", "ray"], help="where trials run (overrides the spec's backend.kind)")
     run.add_argument(
         "--address",
@@ -140,6 +146,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     spec = spec_module.load(args.spec)
     overrides: dict = {"trials": args.trials} if args.trials is not None else {}
+    if args.time_budget is not None:
+        overrides["time_budget"] = args.time_budget
     if args.backend or args.address:
         backend = spec.backend.model_dump(mode="json")
         backend["kind"] = args.backend or "ray"
@@ -148,7 +156,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         overrides["backend"] = backend
     if overrides:
         raw = spec.model_dump(mode="json", exclude_unset=True) | overrides
-        flags = " ".join(f"--{k}" for k in ("trials", "backend", "address") if getattr(args, k) is not None)
+        given = [k for k in ("trials", "time_budget", "backend", "address") if getattr(args, k) is not None]
+        flags = " ".join("--" + k.replace("_", "-") for k in given)
         spec = spec_module.from_dict(raw, source=f"{args.spec} (with {flags})")
     run_sweep(spec, console, workers=args.workers)
     return 0

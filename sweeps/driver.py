@@ -70,8 +70,13 @@ class ActiveTrial:
     confirming: bool = False
 
     @property
+    def ended(self) -> int:
+        """How many of its seeds have an outcome."""
+        return len(self.returns) + len(self.errors) + len(self.unstable) + len(self.skipped)
+
+    @property
     def finished(self) -> bool:
-        return len(self.returns) + len(self.errors) + len(self.unstable) + len(self.skipped) == len(self.seeds)
+        return self.ended == len(self.seeds)
 
 
 @dataclass
@@ -95,6 +100,8 @@ class Progress:
     repairing: int = 0  # repair attempts running
     tracking_down: float | None = None  # since when (monotonic) the tracking server has not answered
     tracking_held: int = 0  # MLflow writes held meanwhile
+    deadline: float | None = None  # (monotonic) the time budget's end: no trial or repair opens after it
+    out_of_time: bool = False  # the time budget closed the sweep before its target
 
     def eta(self) -> float | None:
         if not self.jobs_done:
@@ -157,6 +164,8 @@ class Driver:
                 p.verdicts[r.verdict] = p.verdicts.get(r.verdict, 0) + 1
         self._update_best(previous)
         p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list) if self.open_trials else 0
+        if self.spec.time_budget is not None:  # counted from this run, as Optuna's own timeout is
+            p.deadline = time.monotonic() + self.spec.time_budget
         for plan in self.plans:  # queued before run() by ``rlsweep repair``
             self._next_repair(plan)
         try:
@@ -226,7 +235,7 @@ class Driver:
     def _open_trial(self) -> bool:
         """Ask Optuna for the next trial and queue its seeds, unless the target is reached."""
         opened = sum(a.plan is None for a in self.active.values())
-        if not self.open_trials or self.progress.done + opened >= self.progress.target:
+        if not self.open_trials or self.progress.done + opened >= self.progress.target or self._out_of_time():
             return False
         trial = self.study.ask(self.distributions)
         params = sp.decode(self.dims, trial.params)
@@ -548,6 +557,11 @@ class Driver:
             self._plan_done(plan)
             return
         seeds = plan.fresh if confirm else plan.seeds
+        if confirm is None and self._out_of_time():
+            plan.attempts.pop()
+            plan.finish("budget", "the sweep's time budget is spent: run `rlsweep repair`")
+            self._plan_done(plan)
+            return
         budget = self.repair.budget if self.repair else None
         if budget is not None and self._repair_jobs + len(seeds) > budget:
             if confirm is None:
@@ -571,6 +585,14 @@ class Driver:
         self.pool.add(configs)
         self.progress.jobs_total += len(configs)
         self._mlflow.append(lambda: self._start_repair_runs(active))
+
+    def _out_of_time(self) -> bool:
+        p = self.progress
+        if p.deadline is not None and time.monotonic() >= p.deadline:
+            p.out_of_time = True
+            left = sum(len(a.seeds) - a.ended for a in self.active.values())
+            p.jobs_total = p.jobs_done + left  # for the ETA: only what is running or queued is left
+        return p.out_of_time
 
     def _start_repair_runs(self, active: ActiveTrial) -> None:
         plan, attempt = active.plan, active.attempt

@@ -30,8 +30,16 @@ def summary_line(p: Progress) -> str:
         f"trials {p.done}/{p.target} done, {p.running} running, {p.failed} failed"
         f"{f', {p.pruned} pruned' if p.pruned else ''} | best {best} | "
         f"{verdict_counts(p.verdicts)}{_repairs(p)} | elapsed {_clock(time.monotonic() - p.started)} | "
-        f"ETA {_clock(p.eta())}{_outage(p)}"
+        f"ETA {_clock(p.eta())}{_budget(p)}{_outage(p)}"
     )
+
+
+def _budget(p: Progress) -> str:
+    if p.deadline is None:
+        return ""
+    if p.out_of_time:
+        return " | time budget spent: no new trials"
+    return f" | time budget left {_clock(max(p.deadline - time.monotonic(), 0.0))}"
 
 
 def _outage(p: Progress) -> str:

@@ -125,6 +125,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
                 progress = driver.run()
         if driver.plans:
             report_repairs(spec, driver.plans, console)
+        if progress.out_of_time:
+            console.print(
+                f"time budget ({spec.time_budget:g} s) spent: {progress.done} of {spec.n_trials} trials done; "
+                "the same command continues the sweep with a new budget",
+                highlight=False,
+            )
         if progress.retried:
             console.print(f"{progress.retried} job(s) ran again after their worker died (backend.max_failures)")
         if progress.requeued:

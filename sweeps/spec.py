@@ -21,6 +21,26 @@ from sweeps.errors import Issue, SpecError, did_you_mean, one_of
 
 RESULTS_DIR = Path("results")
 ENV_PREFIX = "env.kwargs."  # space keys under this prefix go to the env's constructor
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a positive number or a string such as ``"45s"``, ``"90m"``, ``"2h"``, ``"1d"``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("expected seconds or a duration such as '90m' or '2h'")
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError("expected seconds or a duration such as '90m' or '2h' (units s, m, h, d)")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        seconds = float(value)
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError("a time budget must be positive and finite")
+    return seconds
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -215,6 +235,7 @@ class SweepSpec(_Model):
     space: dict[str, Any] = {}
     seeds: PositiveInt | list[int] = 1
     trials: PositiveInt | None = None
+    time_budget: float | None = None  # seconds (or "90m", "2h"): no trial is opened after it
     workers: PositiveInt | None = None
     sampler: SamplerSpec = SamplerSpec()
     objective: ObjectiveSpec = ObjectiveSpec()
@@ -231,6 +252,11 @@ class SweepSpec(_Model):
         if not _NAME.match(v):
             raise ValueError("use letters, digits, '_', '-', '.' (at most 100), starting with a letter or digit")
         return v
+
+    @field_validator("time_budget", mode="before")
+    @classmethod
+    def _budget_ok(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
 
     @field_validator("seeds")
     @classmethod

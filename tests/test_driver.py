@@ -190,6 +190,22 @@ def test_the_sweep_opens_trials_until_its_target_and_never_more():
 
 
 # --- Ctrl-C -------------------------------------------------------------------------------------
+def test_no_trial_opens_once_the_time_budget_is_spent_and_the_running_ones_finish():
+    holder: list[Driver] = []
+
+    def script(config: TrialConfig, attempt: int) -> list:
+        if config.trial == 2:  # the budget runs out while trial 2 is being submitted
+            holder[0].progress.deadline = 0.0
+        return [result(mean_return=float(config.trial))]
+
+    driver, study, backend, _ = _driver(script, capacity=1, seeds=1, trials=10, time_budget="1h")
+    holder.append(driver)
+    progress = driver.run()
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 3
+    assert [c.trial for c in backend.submitted] == [0, 1, 2]
+    assert progress.out_of_time and progress.done == 3 and progress.jobs_total == progress.jobs_done == 3
+
+
 def test_an_interrupted_sweep_abandons_its_jobs_and_the_next_run_requeues_them():
     driver, study, backend, tracker = _driver(lambda c, a: metrics(100), trials=2, interrupt_after=3)
     with pytest.raises(KeyboardInterrupt):

@@ -278,6 +278,9 @@ BAD = [
         "did you mean 'nan_scale'",
     ),
     ("bad clip_range schedule", _with("hyperparams.clip_range", "cos_0.2"), "hyperparams.clip_range", "lin_X"),
+    ("time budget unit", _with("time_budget", "2 weeks"), "time_budget", "units s, m, h, d"),
+    ("time budget zero", _with("time_budget", 0), "time_budget", "positive"),
+    ("time budget list", _with("time_budget", [1]), "time_budget", "'90m'"),
     ("top level is a list", "- 1\n- 2\n", "<top level>", "mapping"),
     ("empty file", "", "<top level>", "empty"),
     ("yaml syntax", "name: [unclosed\n", "<top level>", "line"),
@@ -395,3 +398,12 @@ def test_a_missing_gpu_is_refused_with_exit_2_and_nothing_written(write_spec, cl
     result = cli("run", "sweep.yaml")
     assert result.returncode == 2 and "backend.gpus: GPU 7 is not there" in result.stderr, result.stderr
     assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "seconds"), [(45, 45.0), ("45", 45.0), ("90m", 5400.0), ("1.5h", 5400.0), ("1d", 86400.0)]
+)
+def test_a_time_budget_is_read_as_seconds(given, seconds):
+    doc = {"name": "t", "env": {"id": "CartPole-v1"}, "algo": "PPO", "total_timesteps": 100, "time_budget": given}
+    spec = spec_module.from_dict(doc)
+    assert spec.time_budget == seconds and spec.resolved()["time_budget"] == seconds
