@@ -701,9 +701,10 @@ class Driver:
         dists = dict(plan.context.get("distributions", {}))
         decoded = dict(plan.params)
         for knob, value in attempt.patch.items():
-            dist = dists.get(knob)
-            if dist is not None and sp.holds(dist, value):
-                params[knob], decoded[knob] = value, value
+            dist, dim = dists.get(knob), self.dims.get(knob)
+            stored = dim.encode(value) if dim is not None else value
+            if dist is not None and sp.holds(dist, stored):
+                params[knob], decoded[knob] = stored, value
             else:
                 label = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
                 params[f"patch.{knob}"], dists[f"patch.{knob}"] = label, CategoricalDistribution([label])

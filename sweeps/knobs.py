@@ -366,7 +366,7 @@ def candidates(dist: sp.Dist) -> list[Any]:
         return list(dist.values)
     if dist.is_fixed:
         return [dist.value]
-    return [dist.low, dist.high]
+    return dist.ends
 
 
 def combination_issues(

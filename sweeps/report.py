@@ -135,7 +135,7 @@ def failure_map(res: SweepResults, imp: dict[str, dict[str, float]], path: Path)
 
 def _log_scaled(res: SweepResults, name: str) -> bool:
     dist = res.spec.dims.get(name)
-    if dist is None:
+    if dist is None or getattr(dist, "one_minus", False):  # e.g. gamma: its values crowd next to 1
         return False
     if dist.kind == "loguniform" or getattr(dist, "log", False):
         return True

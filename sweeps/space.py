@@ -5,6 +5,7 @@ A ``space`` maps hyperparameter names (nested mappings or dotted keys, e.g.
 
     {type: uniform,    low: 0.9,    high: 0.999}
     {type: loguniform, low: 1.0e-5, high: 1.0e-2}
+    {type: loguniform, low: 1.0e-4, high: 0.03, one_minus: true}   # 1 - x, e.g. gamma in [0.97, 0.9999]
     {type: int,        low: 32,     high: 256, step: 32, log: false}
     {type: choice,     values: [64, 128, [64, 64]]}
     {type: fixed,      value: {...}}       # or any plain value
@@ -22,8 +23,8 @@ from sweeps.errors import Issue, did_you_mean, one_of
 
 KINDS = ("uniform", "loguniform", "int", "choice", "fixed")
 _KEYS = {
-    "uniform": {"type", "low", "high"},
-    "loguniform": {"type", "low", "high"},
+    "uniform": {"type", "low", "high", "one_minus"},
+    "loguniform": {"type", "low", "high", "one_minus"},
     "int": {"type", "low", "high", "step", "log"},
     "choice": {"type", "values"},
     "fixed": {"type", "value"},
@@ -42,6 +43,9 @@ class Dist:
     values: tuple = ()
     value: Any = None
     labels: tuple[str | int | float | bool | None, ...] = field(default=(), compare=False)
+    # The hyperparameter is 1 - x for x sampled in [low, high]: a discount or GAE lambda whose
+    # distance from 1 is sampled log-uniformly, as tuners of RL usually do. Optuna sees x.
+    one_minus: bool = False
 
     @property
     def is_fixed(self) -> bool:
@@ -59,7 +63,22 @@ class Dist:
         """The hyperparameter value for what Optuna stored (choices are stored by label)."""
         if self.kind == "choice":
             return self.values[list(self.labels).index(optuna_value)]
+        if self.one_minus:
+            return 1.0 - optuna_value
         return optuna_value
+
+    def encode(self, value: Any) -> Any:
+        """What Optuna stores for a hyperparameter value (the inverse of :meth:`decode`)."""
+        if self.kind == "choice":
+            return _label(value)
+        if self.one_minus and _is_number(value):
+            return 1.0 - value
+        return value
+
+    @property
+    def ends(self) -> list[Any]:
+        """The hyperparameter values at the two ends of a range."""
+        return [self.decode(self.low), self.decode(self.high)]
 
 
 def _is_number(x: Any) -> bool:
@@ -128,7 +147,11 @@ def _parse_range(kind: str, raw: Mapping, path: str, issues: list[Issue]) -> Dis
         issues.append(Issue(f"{path}.low", f"a log range needs low > 0, but got low={low}"))
         return None
     if kind != "int":
-        return Dist(kind, low=float(low), high=float(high), log=log)
+        one_minus = raw.get("one_minus", False)
+        if not isinstance(one_minus, bool):
+            issues.append(Issue(f"{path}.one_minus", f"expected true or false, got {one_minus!r}"))
+            return None
+        return Dist(kind, low=float(low), high=float(high), log=log, one_minus=one_minus)
     step = raw.get("step", 1)
     if not (isinstance(step, int) and not isinstance(step, bool) and step > 0):
         issues.append(Issue(f"{path}.step", f"expected a positive integer, got {step!r}"))
@@ -202,6 +225,12 @@ def decode(space: Mapping[str, Dist], optuna_params: Mapping[str, Any]) -> dict[
     for name, d in space.items():
         out[name] = d.value if d.is_fixed else d.decode(optuna_params[name])
     return out
+
+
+def encode(space: Mapping[str, Dist], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Optuna-side values for the sampled dimensions among ``params`` (hyperparameter values);
+    names that are not sampled dimensions are left out."""
+    return {name: space[name].encode(v) for name, v in params.items() if name in space and not space[name].is_fixed}
 
 
 def set_nested(target: dict, dotted: str, value: Any) -> None:

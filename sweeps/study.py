@@ -141,9 +141,13 @@ def warm_start(study: Any, spec: SweepSpec) -> WarmStart | None:
     dists = sp.to_optuna(spec.dims)
     dropped: set[str] = set()
 
-    def fit(params: dict[str, Any]) -> dict[str, Any]:
-        kept = {k: v for k, v in params.items() if k in dists and sp.holds(dists[k], v)}
-        dropped.update(set(params) - set(kept))
+    source_dims = source.spec.dims
+
+    def fit(decoded: dict[str, Any]) -> dict[str, Any]:
+        """A source trial's sampled hyperparameters, as this space's Optuna values where it holds them."""
+        sampled = {k: v for k, v in decoded.items() if k in source_dims and not source_dims[k].is_fixed}
+        kept = {k: v for k, v in sp.encode(spec.dims, sampled).items() if sp.holds(dists[k], v)}
+        dropped.update(set(sampled) - set(kept))
         return kept
 
     by_number = {t.number: t for t in source.study.get_trials(deepcopy=False)}
@@ -151,7 +155,7 @@ def warm_start(study: Any, spec: SweepSpec) -> WarmStart | None:
     same = source.spec.objective.names == spec.objective.names  # else its values mean other things
     for r in source.finished if same else []:
         trial = by_number[r.number]
-        params = fit(trial.params)
+        params = fit(r.params)
         if r.outcome != "complete" or not trial.values or not params:
             continue
         attrs = {keys.OUTCOME: "warm_start", keys.WARM_START: settings.from_, keys.PARAMS: r.params}
@@ -163,7 +167,7 @@ def warm_start(study: Any, spec: SweepSpec) -> WarmStart | None:
         seen += 1
     enqueued = 0
     for r in source.safe()[: settings.top]:
-        params = fit(by_number[r.number].params)
+        params = fit(r.params)
         if params:
             study.enqueue_trial(params, user_attrs={keys.WARM_START: f"{settings.from_} trial {r.number}"})
             enqueued += 1

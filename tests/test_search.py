@@ -273,6 +273,7 @@ def test_a_sweep_warm_starts_from_another_ones_best_safe_configs_and_its_knowled
             "space": {
                 "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-1},
                 "n_epochs": {"type": "int", "low": 3, "high": 10},
+                "gamma": {"type": "uniform", "low": 0.95, "high": 0.99},
             },
         }
     )
@@ -284,7 +285,8 @@ def test_a_sweep_warm_starts_from_another_ones_best_safe_configs_and_its_knowled
         "sampler": {"kind": "tpe", "seed": 0},
         "space": {
             "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-1},
-            "gamma": {"type": "uniform", "low": 0.9, "high": 0.999},
+            # 1 - gamma sampled log-uniformly: the source's gamma values are carried over as 1 - gamma
+            "gamma": {"type": "loguniform", "low": 0.005, "high": 0.1, "one_minus": True},
         },
         "warm_start": {"from": "src", "top": 2},
     }
@@ -292,9 +294,11 @@ def test_a_sweep_warm_starts_from_another_ones_best_safe_configs_and_its_knowled
     assert warm == st.WarmStart("src", enqueued=2, seen=6, dropped=["n_epochs"])
     trials = study.get_trials()
     learned = [t for t in trials if t.user_attrs.get("rlsweep.outcome") == "warm_start"]
-    assert len(learned) == 6 and all(set(t.params) == {"learning_rate"} for t in learned)
+    assert len(learned) == 6 and all(set(t.params) == {"learning_rate", "gamma"} for t in learned)
     own = [t for t in trials if t not in learned]
     assert [t.params["learning_rate"] for t in own[:2]] == [t.params["learning_rate"] for t in best]
+    assert [t.params["gamma"] for t in own[:2]] == pytest.approx([1 - t.params["gamma"] for t in best])
+    assert [t.user_attrs[keys.PARAMS]["gamma"] for t in own[:2]] == pytest.approx([t.params["gamma"] for t in best])
     assert own[0].user_attrs[keys.WARM_START] == f"src trial {best[0].number}"
     assert [t.number for t in st.counted(study)] == [t.number for t in own] and len(own) == 3
     assert st.warm_start(study, from_dict(doc)) is None  # a resumed sweep is not warm-started again

@@ -193,6 +193,18 @@ BAD = [
     ),
     ("empty choice", _with("space.gamma", {"type": "choice", "values": []}), "space.gamma.values", "non-empty"),
     (
+        "one_minus not a flag",
+        _with("space.gamma", {"type": "loguniform", "low": 1e-4, "high": 0.03, "one_minus": "yes"}),
+        "space.gamma.one_minus",
+        "true or false",
+    ),
+    (
+        "one_minus on a choice",
+        _with("space.gamma", {"type": "choice", "values": [0.9], "one_minus": True}),
+        "space.gamma.one_minus",
+        "unknown key",
+    ),
+    (
         "duplicate choices",
         _with("space.gamma", {"type": "choice", "values": [0.9, 0.9]}),
         "space.gamma.values",
@@ -407,3 +419,15 @@ def test_a_time_budget_is_read_as_seconds(given, seconds):
     doc = {"name": "t", "env": {"id": "CartPole-v1"}, "algo": "PPO", "total_timesteps": 100, "time_budget": given}
     spec = spec_module.from_dict(doc)
     assert spec.time_budget == seconds and spec.resolved()["time_budget"] == seconds
+
+
+def test_one_minus_samples_the_distance_from_one():
+    from sweeps import knobs
+    from sweeps import space as sp
+
+    dims, issues = sp.parse_space({"gamma": {"type": "loguniform", "low": 1e-4, "high": 0.03, "one_minus": True}})
+    (dist,) = sp.to_optuna(dims).values()
+    assert not issues and (dist.low, dist.high, dist.log) == (1e-4, 0.03, True)  # Optuna models 1 - gamma
+    assert sp.decode(dims, {"gamma": 0.01}) == {"gamma": pytest.approx(0.99)}
+    assert sp.encode(dims, {"gamma": 0.99, "not_sampled": 1}) == {"gamma": pytest.approx(0.01)}
+    assert knobs.candidates(dims["gamma"]) == pytest.approx([0.9999, 0.97])  # what validation checks
