@@ -35,6 +35,7 @@ WORKER = "rlsweep.worker"
 NODE = "rlsweep.node"  # where a seed ran: the hostname (local) or its Ray node as IP/node id
 ATTEMPTS = "rlsweep.attempts"  # a job run again after its worker died: how many times it ran
 RETRIED_AFTER = "rlsweep.retried_after"
+METRICS_THINNED = "rlsweep.metrics_thinned"  # the driver fell behind: the run's curves keep 1 point in N
 CANCELLED = "rlsweep.cancelled"  # why a seed was stopped
 RUN_KEY = "rlsweep.run_key"  # unique per run: creating it twice (a tracking outage) finds the first
 REPAIR = "rlsweep.repair"  # on a failing trial's run: how its repair ended

@@ -51,8 +51,7 @@ class ActiveTrial:
     seeds: list[int]
     parent_run: str = ""
     logged: dict[str, Any] = field(default_factory=dict)  # every hyperparameter, fixed and sampled
-    workers: dict[int, str] = field(default_factory=dict)
-    nodes: dict[int, str] = field(default_factory=dict)  # seed -> the machine it ran on (its last start)
+    started: dict[int, Started] = field(default_factory=dict)  # seed -> who took it (its last start)
     child_runs: dict[int, str] = field(default_factory=dict)
     returns: dict[int, float] = field(default_factory=dict)
     train_seconds: dict[int, float] = field(default_factory=dict)
@@ -280,8 +279,7 @@ class Driver:
                 self._report(active)
             return
         if isinstance(payload, Started):
-            active.workers[seed] = payload.worker
-            active.nodes[seed] = payload.node
+            active.started[seed] = payload
             return
         self.progress.jobs_done += 1
         tags = self._attempt_tags(event.key)
@@ -296,8 +294,7 @@ class Driver:
             active.errors[seed] = payload
             tags |= {
                 keys.OUTCOME: "crashed",
-                keys.WORKER: active.workers.get(seed, ""),
-                keys.NODE: active.nodes.get(seed, ""),
+                **_where(active, seed),
                 keys.ERROR: f"{payload.type}: {payload.message}",
             }
             texts = {"error.txt": payload.traceback or payload.message}
@@ -322,8 +319,7 @@ class Driver:
         verdict = result.verdict or {"verdict": "healthy", "onset_step": None, "findings": []}
         active.verdicts[seed] = verdict
         tags = {
-            keys.WORKER: active.workers.get(seed, ""),
-            keys.NODE: active.nodes.get(seed, ""),
+            **_where(active, seed),
             **_verdict_tags(verdict),
             keys.STABILITY_CONTEXT: json.dumps(result.context, default=str),
             **{f"rlsweep.{k}": str(v) for k, v in result.extra.items()},
@@ -786,6 +782,12 @@ def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     worst = min(failing, key=lambda v: rank(v["verdict"]))
     onsets = [v["onset_step"] for v in failing if v["verdict"] == worst["verdict"] and v["onset_step"] is not None]
     return {"verdict": worst["verdict"], "onset_step": min(onsets) if onsets else None, "failed_seeds": len(failing)}
+
+
+def _where(active: ActiveTrial, seed: int) -> dict[str, str]:
+    """The tags naming the worker and the machine a seed ran on (its last start)."""
+    started = active.started.get(seed)
+    return {keys.WORKER: started.worker if started else "", keys.NODE: started.node if started else ""}
 
 
 def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:

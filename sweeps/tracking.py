@@ -21,6 +21,12 @@ _FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has wa
 # sending every run's buffer at once stalled the loop for (runs x one call) at a time, which with
 # 64 fast seeds on SQLite held events back for seconds (tests/bench/driver_scale.py).
 _FLUSH_BUDGET = 0.25
+# Back-pressure: the most metric points held for MLflow at once (about 200 bytes each). Past it,
+# every held curve keeps every other point (its last one always), and the run is tagged with how
+# coarse its curves became, instead of the backlog, and the time a point waits, growing without
+# bound when seeds log faster than the store writes. A short outage of the tracking server, or a
+# sweep of tens of seeds, never comes near it; the detectors in the workers see every update.
+_MAX_HELD = 50_000
 
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told it holds training runs.
@@ -113,6 +119,8 @@ class MlflowTracker:
         self._buffers: dict[str, list] = {}
         self._tried: set[str] = set()  # run keys whose creation was asked for
         self._since: dict[str, float] = {}  # run -> when its oldest buffered point came (oldest first)
+        self._held = 0  # points in all buffers
+        self.thinned: dict[str, int] = {}  # run -> its curves keep one point in this many (since thinned)
 
     # --- runs -----------------------------------------------------------------------------
     def start_trial(
@@ -259,6 +267,23 @@ class MlflowTracker:
         self._buffers.setdefault(run_id, []).extend(
             Metric(key, float(value), now, int(step)) for key, value in values.items()
         )  # sent by flush_if_due (the driver's loop) or end_run: never a network call here
+        self._held += len(values)
+        if self._held > _MAX_HELD:
+            self._thin()
+
+    def _thin(self) -> None:
+        """Halve every held curve: of each run's points per key, keep every other one, the last
+        always (a curve still ends where the run is)."""
+        self._held = 0
+        for run_id, buffer in self._buffers.items():
+            by_key: dict[str, list[int]] = {}
+            for i, metric in enumerate(buffer):
+                by_key.setdefault(metric.key, []).append(i)
+            keep = sorted(i for idx in by_key.values() for i in idx[len(idx) - 1 :: -2])
+            if len(keep) < len(buffer):
+                buffer[:] = [buffer[i] for i in keep]
+                self.thinned[run_id] = self.thinned.get(run_id, 1) * 2
+            self._held += len(buffer)
 
     def flush_if_due(self, budget: float = _FLUSH_BUDGET) -> None:
         """Send the runs whose oldest point has waited ``_FLUSH_SECONDS``, oldest first, for about
@@ -278,12 +303,18 @@ class MlflowTracker:
     def _flush_run(self, run_id: str, tags: list | None = None) -> None:
         """Send the run's buffered points; what a failed call did not send stays buffered (MLflow
         stores a point sent twice once: same key, step, timestamp and value)."""
+        from mlflow.entities import RunTag
+
         buffer = self._buffers.get(run_id, [])
         while buffer:
-            self.client.log_batch(run_id, metrics=buffer[:_BATCH])
-            del buffer[:_BATCH]
+            batch = buffer[:_BATCH]
+            self.client.log_batch(run_id, metrics=batch)
+            del buffer[: len(batch)]
+            self._held -= len(batch)
         self._buffers.pop(run_id, None)
         self._since.pop(run_id, None)
+        if run_id in self.thinned:
+            tags = [*(tags or []), RunTag(keys.METRICS_THINNED, str(self.thinned[run_id]))]
         if tags:
             self.client.log_batch(run_id, tags=tags)
 

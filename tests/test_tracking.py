@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from stability import keys
 from sweeps import tracking
 from tests.helpers import free_port, serve_mlflow, split_runs, stop_server, subprocess_env, tiny_spec
 
@@ -55,6 +56,31 @@ def test_due_metric_buffers_are_sent_oldest_first_a_budget_at_a_time(tmp_path, m
     assert sent() == [1, 1, 0]
     tracker.flush_if_due()
     assert sent() == [2, 1, 1]
+
+
+def test_held_points_past_the_bound_are_thinned_each_curve_keeping_its_last_point(tmp_path, monkeypatch):
+    """Back-pressure on a real SQLite store: past the bound, each held curve keeps every other
+    point and its last; the run says how coarse its curves are; below it, nothing is dropped."""
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "thin", "thin", tmp_path / "art")
+    monkeypatch.setattr(tracking, "_MAX_HELD", 40)
+    slow, calm = tracker.start_trial(0, {}, {}, key="a"), tracker.start_trial(1, {}, {}, key="b")
+    for step in range(10):
+        tracker.log_metrics(slow, step, {"x": float(step), "y": -float(step)})
+    tracker.flush()
+    history = lambda run, key: [m.step for m in tracker.client.get_metric_history(run, key)]  # noqa: E731
+    assert history(slow, "x") == list(range(10)) and keys.METRICS_THINNED not in tracker.client.get_run(slow).data.tags
+    for step in range(10, 30):  # 40 points held: at the bound, not past it
+        tracker.log_metrics(slow, step, {"x": float(step), "y": -float(step)})
+    tracker.log_metrics(calm, 0, {"z": 1.0})  # one past it: 20 points per curve -> 10, a lone point stays
+    assert tracker._held == 21
+    tracker.log_metrics(slow, 30, {"x": 30.0, "y": -30.0})
+    tracker.end_run(slow, "FINISHED")
+    tracker.flush()
+    kept = history(slow, "x")
+    assert kept == [*range(10), *range(11, 30, 2), 30]  # the curve's last held point (29) was kept
+    assert history(slow, "y") == kept and history(calm, "z") == [0]
+    assert tracker.client.get_run(slow).data.tags[keys.METRICS_THINNED] == "2"
+    assert keys.METRICS_THINNED not in tracker.client.get_run(calm).data.tags
 
 
 def test_a_partially_initialised_mlflow_met_by_the_setup_thread_is_retried(monkeypatch):

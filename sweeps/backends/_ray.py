@@ -51,6 +51,7 @@ from sweeps.errors import UsageError
 from sweeps.trial import TrialConfig
 
 REPORT_EVERY = 1.0  # seconds between a worker's metric reports to Tune
+NODES_EVERY = 5.0  # seconds between looks at the cluster's nodes (joined or left: the capacity follows)
 
 
 # --- driver side: state shared between the driver thread and Tune's thread ------------------------
@@ -279,6 +280,10 @@ class RayBackend(Backend):
         self._thread: threading.Thread | None = None
         self._reaper: Reaper | None = None
         self._tracked = 0.0
+        self._limit = limit
+        self._nodes: set[str] = set()  # alive nodes counted in the capacity (their versions checked)
+        self._asked: dict[Any, str] = {}  # a joining node's version check in flight -> its node id
+        self._refreshed = time.monotonic()
         os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs; Tune writes no CSV/JSON
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         if not ray.is_initialized():  # else: use the connection this process already has
@@ -286,6 +291,7 @@ class RayBackend(Backend):
         try:
             if settings.address is not None:  # a cluster's nodes were installed by others
                 self._check_versions()
+            self._nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
             self.capacity = self._capacity(limit)
             self._start_tune()
         except BaseException:
@@ -345,12 +351,15 @@ class RayBackend(Backend):
                 + ". Install the same versions on every node (see the README's 'Running on Ray')."
             )
 
-    def _capacity(self, limit: int | None) -> int:
-        """How many jobs can run at once, from what each alive node offers. A request no node can
-        ever meet is refused here: Ray would leave such trials PENDING forever."""
+    def _capacity(self, limit: int | None, refuse: bool = True) -> int:
+        """How many jobs can run at once, from what each counted node offers. A request no node can
+        ever meet is refused when the backend starts (``refuse``): Ray would leave such trials
+        PENDING forever."""
         s = self.settings
         offers = [
-            (n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0)) for n in ray.nodes() if n.get("Alive")
+            (n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0))
+            for n in ray.nodes()
+            if n.get("Alive") and n["NodeID"] in self._nodes
         ]
         slots = 0
         for cpu, gpu in offers:
@@ -358,6 +367,8 @@ class RayBackend(Backend):
             if s.gpu > 0:
                 fit = min(fit, math.floor(gpu / s.gpu + 1e-9))
             slots += fit
+        if slots == 0 and not refuse:
+            return 0
         if slots == 0:
             have = "; ".join(f"CPU {c:g}, GPU {g:g}" for c, g in offers) or "no alive nodes"
             raise UsageError(
@@ -383,7 +394,9 @@ class RayBackend(Backend):
                 search_alg=Feed(self._id),
                 num_samples=-1,
                 reuse_actors=True,
-                max_concurrent_trials=self.capacity,
+                # the driver submits no more than ``capacity`` jobs, which follows the nodes that
+                # come and go; Tune is held only by the fixed bounds
+                max_concurrent_trials=min((b for b in (s.max_concurrent, self._limit) if b), default=None),
                 trial_name_creator=_trial_name,
                 trial_dirname_creator=_trial_name,
             ),
@@ -420,6 +433,9 @@ class RayBackend(Backend):
         if self._reaper is not None and time.monotonic() - self._tracked > 5:
             self._reaper.track()  # workers Ray started since
             self._tracked = time.monotonic()
+        if time.monotonic() - self._refreshed > NODES_EVERY:
+            self._refreshed = time.monotonic()
+            self._follow_nodes()
         events: list[Event] = []
         try:
             events.append(self._channel.events.get(timeout=timeout))
@@ -435,6 +451,37 @@ class RayBackend(Backend):
         ):
             raise RuntimeError(f"Ray Tune stopped unexpectedly: {self._tune_error!r}")
         return events
+
+    def _follow_nodes(self) -> None:
+        """Nodes that joined (once their versions match the driver's) and nodes that left change
+        how many jobs run at once. A joining node with other versions stops the sweep, as it
+        would have been refused at the start; the finished trials are kept."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        for node in alive - self._nodes - set(self._asked.values()):
+            if self.settings.address is None:  # a local instance's nodes run this installation
+                self._nodes.add(node)
+                continue
+            strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+            self._asked[_node_versions.options(scheduling_strategy=strategy).remote()] = node
+        if self._asked:
+            ready, _ = ray.wait(list(self._asked), num_returns=len(self._asked), timeout=0)
+            for ref in ready:
+                node = self._asked.pop(ref)
+                try:
+                    answer = ray.get(ref)
+                except ray.exceptions.RayError:  # it left again
+                    continue
+                if problems := version_mismatches(installed_versions(), [answer]):
+                    raise UsageError(
+                        f"a node joined the Ray cluster with other versions than the driver's: {problems[0]}. "
+                        "Install the same versions on every node; run the same command again to continue "
+                        "the sweep (its finished trials are kept)."
+                    )
+                self._nodes.add(node)
+        self._nodes &= alive
+        self.capacity = max(self._capacity(self._limit, refuse=False), 1)
 
     def close(self) -> None:
         """Idempotent, and safe after a constructor that failed part way (e.g. between creating

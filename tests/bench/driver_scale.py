@@ -16,6 +16,7 @@
    Written to ``results/benchmarks/scale.json`` and ``scale.md``.
 
     python tests/bench/driver_scale.py [--seconds 40] [--n 16,64,256,1024] [--stores sqlite,server]
+                                       [--bounds on,off]
 """
 
 from __future__ import annotations
@@ -263,6 +264,7 @@ def _figures(n: int, uri: str, stream: dict[str, Any], backend: Any, tracker: An
         "seeds_finished": backend.finished,
         "seeds_finished_with_no_driver_cost": round(ideal, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "runs_thinned": len(tracker.thinned),
     }
     if profiler is not None:
         text = io.StringIO()
@@ -285,7 +287,7 @@ def _profile_lines(text: str) -> list[str]:
 
 
 # --- one row --------------------------------------------------------------------------------------
-def _measure(n: int, store: str, seconds: float, profile: bool) -> dict[str, Any]:
+def _measure(n: int, store: str, seconds: float, profile: bool, bound: str = "on") -> dict[str, Any]:
     from tests.helpers import free_port, serve_mlflow, stop_server
 
     folder = Path(tempfile.mkdtemp(prefix="rlsweep-scale-"))
@@ -298,10 +300,11 @@ def _measure(n: int, store: str, seconds: float, profile: bool) -> dict[str, Any
             uri = f"sqlite:///{folder / 'mlflow.db'}"
         command = [sys.executable, __file__, "--one", str(n), "--uri", uri, "--seconds", str(seconds)]
         command += ["--folder", str(folder)] + (["--profile"] if profile else [])
+        command += ["--no-bound"] if bound == "off" else []
         done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
         if done.returncode != 0:
             raise RuntimeError(done.stderr[-3000:])
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(done.stdout.strip().splitlines()[-1]) | {"bound": bound}
     finally:
         if server is not None:
             stop_server(server)
@@ -319,16 +322,21 @@ def _markdown(stream: dict[str, Any], rows: list[dict[str, Any]], seconds: float
         "an event due to the driver taking it. Write latency: a metric due to it being sent to MLflow "
         "(metrics are batched per run and flushed every 10 s, so about 5 s is the design's own latency).",
         "",
-        "| N | store | driver cores | CPU ms / seed-s | events | lag p50 / p95 / max (s) "
-        "| write latency p50 / p95 (s) | seeds done / with no driver cost | peak RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Bound: the tracker's bound on metric points held for MLflow (past it, held curves are thinned); "
+        "`off` replays the same N without it, side by side.",
+        "",
+        "| N | store | bound | driver cores | CPU ms / seed-s | events | lag p50 / p95 / max (s) "
+        "| write latency p50 / p95 (s) | seeds done / with no driver cost | runs thinned | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lag, lat = r["event_lag_s"], r["metric_write_latency_s"]
         lines.append(
-            f"| {r['n']} | {r['store']} | {r['driver_cores']} | {r['cpu_ms_per_seed_second']} | {r['events']} "
+            f"| {r['n']} | {r['store']} | {r.get('bound', 'on')} | {r['driver_cores']} | "
+            f"{r['cpu_ms_per_seed_second']} | {r['events']} "
             f"| {lag['p50']} / {lag['p95']} / {lag['max']} | {lat['p50']} / {lat['p95']} "
-            f"| {r['seeds_finished']} / {r['seeds_finished_with_no_driver_cost']} | {r['peak_rss_mib']} |"
+            f"| {r['seeds_finished']} / {r['seeds_finished_with_no_driver_cost']} | {r.get('runs_thinned', '-')} "
+            f"| {r['peak_rss_mib']} |"
         )
     for r in rows:
         if "profile_top" in r:
@@ -346,9 +354,15 @@ def main() -> None:
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--uri", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--bounds", default="on", help="on, off or on,off: with and without the held-point bound")
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-bound", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
+        if args.no_bound:
+            from sweeps import tracking
+
+            tracking._MAX_HELD = sys.maxsize
         replay_one(args.one, args.uri, args.seconds, Path(args.folder), args.profile)
         return
     stream = json.loads(EVENTS.read_text()) if EVENTS.is_file() and not args.rerecord else record()
@@ -356,11 +370,15 @@ def main() -> None:
     rows = []
     for store in args.stores.split(","):
         for n in sizes:
-            print(f"replaying N={n} on {store} ...", file=sys.stderr, flush=True)
-            rows.append(_measure(n, store, args.seconds, profile=n == max(sizes)))
+            for bound in args.bounds.split(","):
+                print(f"replaying N={n} on {store}, bound {bound} ...", file=sys.stderr, flush=True)
+                rows.append(_measure(n, store, args.seconds, n == max(sizes) and bound == "on", bound))
             (OUT / "scale.json").write_text(json.dumps(rows, indent=2))  # each row as it comes
             (OUT / "scale.md").write_text(_markdown(stream, rows, args.seconds))
-    summary = {f"{r['store']}_{r['n']}": {"cores": r["driver_cores"], "lag_p95": r["event_lag_s"]["p95"]} for r in rows}
+    summary = {
+        f"{r['store']}_{r['n']}_{r['bound']}": {"cores": r["driver_cores"], "lag_p95": r["event_lag_s"]["p95"]}
+        for r in rows
+    }
     print(json.dumps(summary))
 
 

@@ -144,6 +144,12 @@ def bench_zoo(repeat: int) -> dict:
     return _script("zoo_compare.py", "8", "20000")
 
 
+def bench_search(repeat: int) -> dict:
+    """Best config found per wall time: rlsweep (pruning on and off) against rl-zoo3's tuner, PPO
+    on CartPole-v1, 3 sweep seeds of 5 minutes per arm (search_anytime.py: writes search.md)."""
+    return _script("search_anytime.py")
+
+
 def bench_ray(repeat: int) -> dict:
     """The same sweep on local workers and on a local 2-CPU Ray instance (ray_compare.py)."""
     return _script("ray_compare.py", str(repeat))
@@ -174,6 +180,7 @@ BENCHES = {
     "stability_detection": _stability("detection"),
     "stability_stop_on": _stability("stop_on"),
     "zoo": bench_zoo,
+    "search": bench_search,
     "ray": bench_ray,
     "reliability": bench_reliability,
     "repair": bench_repair,
