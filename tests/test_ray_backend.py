@@ -132,7 +132,9 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
     from sweeps.backends._ray import RayBackend, RaySettings
     from sweeps.errors import UsageError
 
-    spec = spec_module.from_dict(tiny_spec("shares", total_timesteps=4096))
+    # long enough that the four overlap even when their actors start seconds apart on a loaded
+    # 2-core machine (at 4096 steps, the first finished before the fourth started in CI once)
+    spec = spec_module.from_dict(tiny_spec("shares", total_timesteps=16384))
     jobs = configs.trial_configs(spec, 0, {"learning_rate": 1e-3}, [0, 1, 2, 3], configs.stability_settings(spec))[1]
     for cpu, gpu in ((1, 2), (4, 0.25)):
         with pytest.raises(UsageError, match="no node of the Ray cluster"):
