@@ -23,8 +23,9 @@ _FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has wa
 _FLUSH_BUDGET = 0.25
 # Back-pressure: the most metric points held for MLflow at once (about 200 bytes each). Past it,
 # every held curve keeps every other point (its last one always), and the run is tagged with how
-# coarse its curves became, instead of the backlog, and the time a point waits, growing without
-# bound when seeds log faster than the store writes. A short outage of the tracking server, or a
+# coarse its curves became, instead of the held points growing without bound when seeds log
+# faster than the store writes. (At 256 fast seeds the backlog is in events waiting for the loop,
+# not here: see tests/bench/driver_scale.py --bounds on,off.) A short outage of the tracking server, or a
 # sweep of tens of seeds, never comes near it; the detectors in the workers see every update.
 _MAX_HELD = 50_000
 
