@@ -185,13 +185,15 @@ def run_zoo(cwd: Path, seed: int, steps: int, budget: float) -> tuple[dt.datetim
     return started, trials
 
 
+def _spec(name: str, steps: int) -> dict[str, Any]:
+    """What every rlsweep sweep of this benchmark shares: the task, as rl-zoo3 sets it up."""
+    task = TASKS[ENV_ID]
+    return {"name": name, "env": {"id": ENV_ID, "n_envs": task["n_envs"]}, "algo": "PPO", "total_timesteps": steps,
+            "hyperparams": task["fixed"]}  # fmt: skip
+
+
 def run_rlsweep(cwd: Path, seed: int, steps: int, budget: float, pruner: bool) -> tuple[dt.datetime, list[dict]]:
-    spec = {
-        "name": "anytime",
-        "env": {"id": ENV_ID, "n_envs": TASKS[ENV_ID]["n_envs"]},
-        "algo": "PPO",
-        "total_timesteps": steps,
-        "hyperparams": TASKS[ENV_ID]["fixed"],
+    spec = _spec("anytime", steps) | {
         "space": SPACE,
         "seeds": [0],
         "trials": 100000,
@@ -264,12 +266,7 @@ def exported(trials: list[dict], top: int) -> list[dict]:
 
 def confirm(configs: list[dict], steps: int, cwd: Path) -> list[dict]:
     """Train every config on the fresh seeds in one rlsweep grid sweep; per config its returns and verdicts."""
-    spec = {
-        "name": "confirm",
-        "env": {"id": ENV_ID, "n_envs": TASKS[ENV_ID]["n_envs"]},
-        "algo": "PPO",
-        "total_timesteps": steps,
-        "hyperparams": TASKS[ENV_ID]["fixed"],
+    spec = _spec("confirm", steps) | {
         "space": {"preset": {"type": "choice", "values": configs}},
         "seeds": CONFIRM_SEEDS,
         "sampler": {"kind": "grid"},
