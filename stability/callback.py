@@ -45,6 +45,7 @@ OWN = (
     "log_std_max",
     "loc_abs_max",
     "params_finite",
+    "update_ratio",
     "adv_std",
     "return_std",
     "return_rms",
@@ -127,6 +128,7 @@ class StabilityCallback(BaseCallback):
         self._finished = False
         self._original_record: Any = None
         self._probe_obs: Any = None
+        self._weights: th.Tensor | None = None  # the policy's parameters at the last commit
 
     # Parameter finiteness and the action mean are probed every PROBE_EVERY updates (and on any
     # non-finite loss): each probe costs a forward pass, which matters for A2C's tiny updates.
@@ -157,6 +159,7 @@ class StabilityCallback(BaseCallback):
             clip = self.max_grad_norm if self.max_grad_norm is not None else getattr(self.model, "max_grad_norm", None)
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
         self.history.context.update(_context(self.model, self._vecnorm))
+        self._weights = _flat_weights(self.model.policy)
         self.history.total_steps = getattr(self.model, "_total_timesteps", None)
 
     # --- per step: rewards as the env gave them and as the algorithm saw them -------------
@@ -278,6 +281,12 @@ class StabilityCallback(BaseCallback):
             signals["ep_length"] = float(np.mean([e["l"] for e in episodes]))
         probe = len(self.history) % self.PROBE_EVERY == 0 or not all(math.isfinite(v) for v in signals.values())
         signals.update(_policy_signals(self.model.policy, check_params=probe))
+        weights = _flat_weights(self.model.policy)
+        if self._weights is not None and weights.numel() == self._weights.numel():
+            ratio = _update_ratio(self._weights, weights)
+            if ratio is not None:
+                signals["update_ratio"] = ratio
+        self._weights = weights
         if probe and self._on_policy and self._probe_obs is not None:
             loc = _loc_abs_max(self.model.policy, self._probe_obs)
             if loc is not None:
@@ -346,6 +355,24 @@ def _policy_signals(policy: th.nn.Module, check_params: bool) -> dict[str, float
             out["log_std_min"] = float(values.min())
             out["log_std_max"] = float(values.max())
     return out
+
+
+def _flat_weights(policy: th.nn.Module) -> th.Tensor:
+    """A copy of every parameter of the policy, as one flat float32 vector (a few hundred KiB for
+    the usual MLPs; taken once per recorded update)."""
+    with th.no_grad():
+        params = [p.detach().reshape(-1).float() for p in policy.parameters()]
+        return th.cat(params) if params else th.zeros(0)
+
+
+def _update_ratio(before: th.Tensor, after: th.Tensor) -> float | None:
+    """How far one update moved the weights, relative to their size; None when either is not
+    finite or the weights are all 0 (nan_scale reads non-finite weights from ``params_finite``)."""
+    scale = float(th.linalg.vector_norm(before))
+    moved = float(th.linalg.vector_norm(after - before))
+    if not (math.isfinite(scale) and math.isfinite(moved)) or scale <= 0.0:
+        return None
+    return moved / scale
 
 
 def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | None:

@@ -18,6 +18,8 @@ Canonical signals (per update unless noted):
 ``grad_norm``               pre-clip gradient norm (mean over the update's optimizer steps);
                             ``grad_norm_max``, ``grad_norm_{actor,critic,log_std,shared}``
 ``params_finite``           1.0 if every parameter is finite after the update, else 0.0
+``update_ratio``            ||theta_new - theta_old|| / ||theta_old|| over the policy's parameters
+                            (the size of the update against the weights it changes)
 ``adv_std``                 spread of the rollout's advantages (before any normalisation)
 ``return_std``              spread of the rollout's returns (critic targets)
 ``return_rms``              root mean square of those returns (their scale)
@@ -60,6 +62,7 @@ CANONICAL = (
     "grad_norm_shared",
     "grad_clipped_fraction",
     "params_finite",
+    "update_ratio",
     "loss",
     "adv_std",
     "return_std",
