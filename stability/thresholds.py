@@ -28,6 +28,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "baseline_fraction": 0.2,
         "grad_ratio": 1000.0,
         "value_loss_ratio": 1.0e4,
+        "update_ratio_max": 0.3,
         "kl_max": 10.0,
         "min_hits": 3,
         "deterministic_entropy_fraction": 0.2,

@@ -135,9 +135,12 @@ def test_gaussian_signals_and_tensorboard_diagnose(tmp_path):
         "return_rms",
         "loc_abs_max",
         "params_finite",
+        "update_ratio",
     ):
         assert h.has(name), name
     assert h.values("log_std_max")[-1] == pytest.approx(float(model.policy.log_std.detach().max()))
+    # one ratio per update, the first measured from the weights training started with
+    assert len(h.values("update_ratio")) == 10 and all(0.0 < v < 1.0 for v in h.values("update_ratio"))
     result = subprocess.run(
         [sys.executable, "-m", "sweeps", "diagnose", str(tmp_path / "tb"), "--json"],
         capture_output=True,

@@ -314,3 +314,29 @@ def test_an_a2c_policy_held_at_its_first_entropy_is_dead():
     assert verdict.verdict == "dead_policy_gradient"
     # a Gaussian's entropy only measures its std: a frozen std says nothing of its mean
     assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(frozen, continuous=True)).findings}
+
+
+def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_updates():
+    n = 40
+    # KL, gradients and value loss all quiet: only the weights' own movement shows it
+    steady = [0.03] * n
+    assert judge(ppo_history(n, update_ratio=steady)).verdict == "healthy"
+    blown = [0.03] * 30 + [1.5, 0.03] * 5
+    verdict = judge(ppo_history(n, update_ratio=blown))
+    assert verdict.verdict == "exploding_updates"
+    assert "update_ratio" in verdict.findings[0].summary
+    # two such updates are a warning, not a verdict
+    twice = [0.03] * 36 + [1.5, 0.03, 1.5, 0.03]
+    finding = next(f for f in judge(ppo_history(n, update_ratio=twice)).findings if f.kind == "exploding_updates")
+    assert not finding.certain
+
+
+@pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])
+def test_a_policy_saturated_from_its_first_update_that_never_moves_is_dead_on_both_paths(callback):
+    n = 40
+    entropy = [0.004 + 1e-6 * (i % 2) for i in range(n)]  # saturated logits from the start, frozen
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=entropy, ep_return=[9.4] * n)
+    h.context["continuous"] = False
+    if callback:  # the callback knows the uniform policy's entropy; a plain log does not
+        h.context["entropy_max"] = math.log(2)
+    assert judge(h).verdict == "dead_policy_gradient"

@@ -96,9 +96,12 @@ class DeadPolicyGradient(Detector):
 
 def _collapsed(history: History, t: dict[str, Any]) -> bool:
     """The entropy fell to under ``collapsed_fraction`` of its first value: the policy moved, to a
-    near-deterministic one (a policy saturated from its first update keeps its first entropy)."""
+    near-deterministic one (a policy saturated from its first update keeps its first entropy).
+    Always the first recorded value, never the uniform policy's entropy: a policy that starts
+    saturated (huge output weights) and never moves is dead, and a plain log, which has only the
+    recorded values, must reach the same verdict as the callback."""
     entropy = [v for v in history.values("entropy") if math.isfinite(v)]
-    top = history.context.get("entropy_max") or (entropy[0] if entropy else 0.0)
+    top = entropy[0] if entropy else 0.0
     if len(entropy) < 2 or top <= 0:
         return False
     return entropy[-1] < t["collapsed_fraction"] * top

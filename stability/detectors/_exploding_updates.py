@@ -2,12 +2,13 @@
 
 The baseline is the run itself: the median of the first ``baseline_fraction`` of updates. A
 pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_loss_ratio``
-times it, or an approx_kl above ``kl_max`` (the new policy barely resembles the old one) count
-as hits; ``min_hits`` of them make it certain. An approx_kl hit at an update where the policy was
-already near-deterministic does not count: between two near-deterministic policies (saturated
-logits, a Gaussian std near 0) a small move is a huge KL, and the collapse that caused it is
-``entropy_collapse``'s to name. Healthy runs do see gradient norms grow as
-returns grow, by 10-100x; three orders of magnitude is beyond that.
+times it, an update that moved the weights by more than ``update_ratio_max`` of their own norm
+(the callback's ``update_ratio``; absent from plain logs), or an approx_kl above ``kl_max`` (the
+new policy barely resembles the old one) count as hits; ``min_hits`` of them make it certain.
+An approx_kl hit at an update where the policy was already near-deterministic does not count:
+between two near-deterministic policies (saturated logits, a Gaussian std near 0) a small move
+is a huge KL, and the collapse that caused it is ``entropy_collapse``'s to name. Healthy runs do
+see gradient norms grow as returns grow, by 10-100x; three orders of magnitude is beyond that.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class ExplodingUpdates(Detector):
                 hits.extend((int(i), name) for i in indices[late])
                 evidence[f"{name}_baseline_median"] = base
                 evidence[f"{name}_max"] = float(values[late].max())
+        # The update's own size against the weights it moved (the callback's update_ratio): no
+        # baseline, since a healthy update moves the weights by a few percent of their norm at most.
+        indices, values = history.arrays("update_ratio")
+        with np.errstate(invalid="ignore"):
+            big = np.isfinite(values) & (values > t["update_ratio_max"])
+        if big.any():
+            hits.extend((int(i), "update_ratio") for i in indices[big])
+            evidence["update_ratio_max"] = float(values[big].max())
         indices, values = history.arrays("approx_kl")
         with np.errstate(invalid="ignore"):
             kl = np.isfinite(values) & (values > t["kl_max"])

@@ -1,6 +1,9 @@
 """Set detector thresholds on the calibration half of the corpus only.
 
-    python tests/bench/corpus/calibrate.py [--runs results/corpus/runs] [--write conf/stability.yaml]
+    python tests/bench/corpus/calibrate.py [--runs results/corpus/runs] [--splits calib ...] [--only DETECTOR.KEY ...]
+
+``--splits`` fits on other splits that are already in-sample (never the one that will be scored);
+``--only`` fits a few keys, e.g. a threshold added later, leaving the others as documented.
 
 Coordinate descent over a few thresholds per detector, each on a small grid, both paths pooled:
 the cost of a setting is its wrong verdicts plus, again, every failure verdict given to a run
@@ -41,6 +44,7 @@ GRID: dict[tuple[str, str], list[Any]] = {
     ("dead_policy_gradient", "min_updates"): [6, 10, 20],
     ("exploding_updates", "kl_max"): [1.0, 3.0, 10.0, 30.0],
     ("exploding_updates", "grad_ratio"): [100.0, 300.0, 1000.0, 3000.0],
+    ("exploding_updates", "update_ratio_max"): [0.2, 0.3, 0.5, 1.0, 2.0],
     ("exploding_updates", "min_hits"): [2, 3, 5],
     ("nan_scale", "log_std_high"): [20.0, 30.0, 44.0],
 }
@@ -72,9 +76,9 @@ def labelled_histories(root: Path) -> list[dict[str, Any]]:
     return items
 
 
-def calibration_set(root: Path) -> list[tuple[str, Any]]:
-    """(label, history) for every path of every calibration-half run."""
-    return [(i["truth"], i["history"]) for i in labelled_histories(root) if i["split"] == "calib"]
+def calibration_set(root: Path, splits: tuple[str, ...] = ("calib",)) -> list[tuple[str, Any]]:
+    """(label, history) for every path of every run of ``splits`` (the calibration half unless told)."""
+    return [(i["truth"], i["history"]) for i in labelled_histories(root) if i["split"] in splits]
 
 
 def cost(data: list[tuple[str, Any]], values: dict[str, dict[str, Any]]) -> int:
@@ -90,10 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", default=str(score.REPO / "results" / "corpus" / "runs"))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--splits", nargs="*", default=["calib"])
+    parser.add_argument("--only", nargs="*", default=None, help="DETECTOR.KEY of the grid to fit")
     args = parser.parse_args(argv)
-    data = calibration_set(Path(args.runs))
+    data = calibration_set(Path(args.runs), tuple(args.splits))
+    grid = {k: v for k, v in GRID.items() if args.only is None or ".".join(k) in args.only}
     print(f"{len(data)} calibration histories; cost with the documented defaults: {cost(data, DEFAULTS)}")
-    values = fit(data, rounds=args.rounds, log=True)
+    values = fit(data, grid=grid, rounds=args.rounds, log=True)
     print(f"cost after calibration: {cost(data, values)}")
     print("chosen:")
     for detector, section in values.items():
