@@ -38,11 +38,17 @@ def evaluate(root: Path, lomo: bool = True) -> dict[str, Any]:
         "references": refs,
     }
     out["labels"] = Counter(labels.label(r, refs.get(r["env"])) for r in runs)
+    cases = score.load_cases()
     for split in SECTIONS:
         result = score.score(runs, Thresholds(), split)
         if result["rows"]:
             out[split] = result["paths"]
             out[f"{split}_rows"] = result["rows"]
+            # a split only partly run (e.g. only its reference cases) is scored on what ran, and says so
+            out[f"{split}_coverage"] = (
+                len({r["case"] for r in result["rows"]}),
+                sum(c["split"] in score.SPLITS[split] for c in cases),
+            )
     # Acrobot pays -1 per step until the goal: a policy that never reaches it (random, or any
     # failed run) sees one reward value, so the label rule for degenerate_reward claims those runs.
     # The same figures without Acrobot, for comparison (the rules themselves were not changed).
@@ -77,10 +83,12 @@ def markdown(d: dict[str, Any]) -> list[str]:
     for split, title in SECTIONS.items():
         if split not in d:
             continue
+        ran, total = d.get(f"{split}_coverage", (0, 0))
+        partial = f" (only {ran} of its {total} cases have runs)" if ran < total else ""
         for path in ("sweep", "diagnose"):
             m = d[split][path]
             lines += [
-                f"### {title}, {path} path: accuracy {m['accuracy']:.3f} over {m['runs']} runs; "
+                f"### {title}, {path} path: accuracy {m['accuracy']:.3f} over {m['runs']} runs{partial}; "
                 f"healthy runs flagged {m['healthy_flagged']}/{m['healthy_runs']}",
                 "",
                 "| class | precision | recall | labelled | given | false-stop rate on healthy runs |",
