@@ -290,7 +290,12 @@ def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(writ
     assert item["confirm"]["seeds"] == [2, 3] and item["confirm"]["safe"] is True
     n = item["attempts_used"]
     assert item["attempts"][0]["patch"] == {"log_std_bounds": [-5, 2]}  # the nan_scale finding's first patch
-    assert all(a["source"] == "nan_scale" for a in item["attempts"])
+    assert item["attempts"][0]["source"] == "nan_scale"
+    # a later attempt answers the trial's failure or what the attempt before it still showed (with
+    # the bounds, learning rate 0.1 and no clipping can still make updates that move the weights
+    # by more than their own size: exploding_updates, whose patch lowers the learning rate)
+    for before, after in zip(item["attempts"], item["attempts"][1:], strict=False):
+        assert after["source"] in {"nan_scale", before["verdict"]}, (before, after)
     client, experiment, study = stores(workdir, "a2c_broken")
     trials = study.get_trials()
     assert trials[0].state.name == "PRUNED" and "rlsweep.repair_of" not in trials[0].user_attrs  # never rewritten
