@@ -1,4 +1,4 @@
-"""Set detector thresholds on the calibration half of the corpus only.
+"""Set detector thresholds on in-sample splits of the corpus: the calibration half unless told.
 
     python tests/bench/corpus/calibrate.py [--runs results/corpus/runs] [--splits calib ...] [--only DETECTOR.KEY ...]
 
@@ -8,7 +8,7 @@
 Coordinate descent over a few thresholds per detector, each on a small grid, both paths pooled:
 the cost of a setting is its wrong verdicts plus, again, every failure verdict given to a run
 labelled healthy (precision first: such a verdict can stop a good trial). Ties keep the current
-value. The held-out half is never read here.
+value. Only the splits named are read; the split a change will be scored on is never named.
 """
 
 from __future__ import annotations
