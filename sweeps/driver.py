@@ -404,7 +404,13 @@ class Driver:
             active.skipped.add(config.seed)
             self.progress.jobs_total -= 1
             self._mlflow.append(
-                partial(self._end_seed_run, active, config.seed, "KILLED", tags={keys.OUTCOME: "skipped"})
+                partial(
+                    self._end_seed_run,
+                    active,
+                    config.seed,
+                    "KILLED",
+                    tags={keys.OUTCOME: "skipped", keys.CANCELLED: reason},  # why it never ran
+                )
             )
 
     def _close_trial(self, active: ActiveTrial) -> None:

@@ -108,6 +108,7 @@ def test_a_doomed_trial_never_runs_its_queued_seeds():
     for seed in (1, 2):
         run = tracker.run(f"trial-0-seed-{seed}")
         assert run["end"] == "KILLED" and run["tags"]["rlsweep.outcome"] == "skipped"
+        assert run["tags"]["rlsweep.cancelled"] == "seed 0 of this trial was found nan_scale"  # why it never ran
     assert tracker.run("trial-0-seed-0")["tags"][keys.STABILITY_STOPPED_BY] == "nan_scale"
     assert progress.jobs_total == 1 and progress.jobs_done == 1 and progress.failed == 1
 

@@ -233,7 +233,12 @@ def test_a_doomed_trial_stops_its_running_seeds(backend: str, workdir: Path, req
 def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: Path, request) -> None:
     """CartPole with one good and two useless learning rates: the good one runs first (grid seed 1)
     and finishes; each useless one is behind it at the first evaluation past the warm-up, so it is
-    pruned there and both its seeds are stopped, on either backend."""
+    pruned there and both its seeds are stopped, on either backend.
+
+    The median pruner judges only against finished trials. Ray starts a job's actor seconds after
+    another on a loaded machine, so with two workers the next trial's first seed could pass the
+    warm-up while the good trial's second seed still trained (CI saw it pruned only at 7168): on Ray
+    one worker runs the seeds in turn, and a pruned trial's second seed is stopped while queued."""
     if backend == "ray":
         request.getfixturevalue("logical_gpu_ray")
     import io
@@ -261,7 +266,7 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
             backend={"kind": backend},
         )
     )
-    run_sweep(spec, Console(file=io.StringIO()), workers=2)
+    run_sweep(spec, Console(file=io.StringIO()), workers=2 if backend == "local" else 1)
     client, experiment, study = stores(workdir, name)
     good, *useless = study.get_trials()
     assert good.params["learning_rate"] == 3e-3 and good.state.name == "COMPLETE"  # the grid order relied on
@@ -280,7 +285,8 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     # decision, which on a loaded machine came after one more evaluation (4096) or, once, none before the end
     last = 3072 if backend == "local" else total - 2048
     for run in stopped:
-        assert max(m.step for m in client.get_metric_history(run.info.run_id, "eval/periodic_return")) <= last
+        history = client.get_metric_history(run.info.run_id, "eval/periodic_return")  # none if stopped queued
+        assert max((m.step for m in history), default=0) <= last
 
 
 def test_backend_section_is_checked(write_spec) -> None:
