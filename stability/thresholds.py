@@ -54,6 +54,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "override_fraction": 0.5,
         "collapsed_fraction": 0.1,
         "min_certain_steps": 2048,
+        "min_updates_final": 4,
     },
     "stuck_value_loss": {
         "enabled": True,

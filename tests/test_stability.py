@@ -103,7 +103,7 @@ def test_log_std_warns_then_is_certain():
 
 # --- dead_policy_gradient -------------------------------------------------------------------
 def test_frozen_ppo_policy_is_dead():
-    flat = [20.0] * 40
+    flat = [20.0 + 0.5 * (i % 3) for i in range(40)]  # no trend; not one total (that is degenerate_reward)
     verdict = classify(ppo_history(40, kl=1e-7, clip=0.0, entropy=[1.386] * 40, ep_return=flat))
     assert verdict.verdict == "dead_policy_gradient"
     # the same signals after returns rose to their best: a converged learner, not a dead one

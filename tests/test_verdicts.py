@@ -23,7 +23,9 @@ def test_a_certain_finding_stays_when_a_decayed_learning_rate_would_excuse_it():
     n = 40
     # dead from the start; over the last updates a schedule takes the learning rate towards 0
     lr = [3e-4] * 30 + [3e-4 * (1 - (i + 1) / 10) * 0.04 for i in range(10)]
-    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=[20.0] * n, learning_rate=lr)
+    h = ppo_history(
+        n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=[20.0 + 0.5 * (i % 3) for i in range(n)], learning_rate=lr
+    )
     assert classify(h, final=True).verdict == "healthy"  # the end alone excuses it ...
     assert judge(h).verdict == "dead_policy_gradient"  # ... the run's verdict does not
 
@@ -335,8 +337,49 @@ def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_upd
 def test_a_policy_saturated_from_its_first_update_that_never_moves_is_dead_on_both_paths(callback):
     n = 40
     entropy = [0.004 + 1e-6 * (i % 2) for i in range(n)]  # saturated logits from the start, frozen
-    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=entropy, ep_return=[9.4] * n)
+    # CartPole's episodes still end at different steps (an exactly constant return would be
+    # degenerate_reward's: see the test below)
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=entropy, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
     h.context["continuous"] = False
     if callback:  # the callback knows the uniform policy's entropy; a plain log does not
         h.context["entropy_max"] = math.log(2)
     assert judge(h).verdict == "dead_policy_gradient"
+
+
+def test_weight_moves_of_a_near_deterministic_policy_are_not_exploding_updates():
+    n = 40
+    # the logits grow with each step that sharpens an already collapsed policy: a consequence
+    entropy = [0.69] * 5 + [1e-3] * (n - 5)
+    ratio = [0.03] * 10 + [1.5, 0.03] * 15
+    h = ppo_history(n, entropy=entropy, update_ratio=ratio, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
+    h.context.update(continuous=False, entropy_max=math.log(2))
+    verdict = judge(h)
+    assert "exploding_updates" not in {f.kind for f in verdict.findings}
+    assert verdict.verdict == "entropy_collapse"
+    # the same moves while the policy still explores are exploding updates
+    h = ppo_history(n, update_ratio=ratio)
+    h.context.update(continuous=False, entropy_max=math.log(2))
+    assert judge(h).verdict == "exploding_updates"
+
+
+@pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])
+def test_rewards_that_never_varied_are_degenerate_on_both_paths_even_when_the_policy_froze(callback):
+    n = 40
+    # Acrobot's -500 of an agent that never reached the goal, under a policy that also never moved
+    extra = {"reward_std": [0.0] * n, "reward_mean": [-1.0] * n} if callback else {}
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.0986] * n, ep_return=[-500.0] * n, **extra)
+    verdict = judge(h)
+    assert verdict.verdict == "degenerate_reward"
+    assert {f.kind for f in verdict.findings if f.certain} == {"degenerate_reward", "dead_policy_gradient"}
+
+
+def test_a_short_run_whose_policy_never_moved_is_dead_once_it_has_ended():
+    n = 8  # a 16k-step budget of 2048-step rollouts
+    h = ppo_history(n, kl=0.0, clip=0.0, entropy=[1.4189] * n, ep_return=[-1200.0 + 7 * (i % 3) for i in range(n)])
+    h.total_steps = n * 2048
+    h.steps = [2048 * (i + 1) for i in range(n)]
+    h.context["continuous"] = True
+    live = Judge()
+    assert all(live.check(h.prefix(k)).verdict == "healthy" for k in range(1, n))  # too few updates mid-run
+    assert judge(h).verdict == "dead_policy_gradient"  # judged at the end
+    assert judge(h.prefix(3)).verdict == "healthy"  # three updates are too few even then

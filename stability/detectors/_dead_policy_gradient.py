@@ -1,7 +1,8 @@
 """``dead_policy_gradient``: the policy has stopped changing while the learning rate is not 0.
 
 Judged over the last ``window_fraction`` of updates, once ``min_progress`` of the budget is done
-(or at the end of a run of unknown budget):
+(or at the end of a run of unknown budget), from ``min_updates`` updates mid-run and from
+``min_updates_final`` once the run has ended (a short budget of big rollouts has only a handful):
 - PPO-style runs (approx_kl logged): clip_fraction about 0, and either approx_kl about 0 with
   entropy frozen over the window, or entropy still at its very first value (a policy that only
   jitters around its initial distribution: the report's entropy of exactly ln 16 with approx_kl
@@ -43,7 +44,10 @@ class DeadPolicyGradient(Detector):
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
         n = len(history)
-        if n < t["min_updates"] or history.context.get("algo") in _OFF_POLICY:
+        # Mid-run, min_updates before judging; at the end of a run, min_updates_final (a short
+        # budget of big rollouts has only a handful, and a policy that never moved in all of them
+        # is as dead as one that never moved in twenty).
+        if n < t["min_updates_final" if final else "min_updates"] or history.context.get("algo") in _OFF_POLICY:
             return None
         done = progress(history)
         if not final and (done is None or done < t["min_progress"]):

@@ -57,19 +57,15 @@ class DegenerateReward(Detector):
 
     def _from_returns(self, history: History, t: dict[str, Any]) -> Finding | None:
         """A plain log has no reward statistics: every episode of the run, from the first logged
-        on, returned the same total. (A solved task's constant return came after varying ones.)"""
+        on, returned the same total. (A solved task's constant return came after varying ones.)
+        Certain, as the callback's rewards constant from the first rollout are, whether or not the
+        policy also froze: a policy that never saw a return change had nothing to learn from, and
+        the two paths name the same cause for the same run."""
         returns = history.values("ep_return")
         if len(returns) < t["min_updates"]:
             return None
         if max(returns) - min(returns) > t["spread_eps"] * max(1.0, abs(returns[0])):
             return None
-        # A frozen policy in a deterministic env returns the same total too: then the frozen
-        # policy is the finding, and this one only a warning.
-        kl = [v for v in history.values("approx_kl") if v == v]
-        entropy = [v for v in history.values("entropy") if v == v]
-        frozen = (bool(kl) and sorted(kl)[len(kl) // 2] < 1e-4) or (
-            not kl and len(entropy) > 1 and max(entropy) - min(entropy) <= 0.01 * max(abs(entropy[0]), 1e-8)
-        )
         return Finding(
             self.name,
             history.step_of(0),
@@ -79,5 +75,4 @@ class DegenerateReward(Detector):
                 "check the env's reward function and any stage/curriculum that pays a constant",
                 "give the agent a reward it can change (shaping), or a start state that can reach it",
             ],
-            certain=not frozen,
         )

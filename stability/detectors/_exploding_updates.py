@@ -5,9 +5,10 @@ pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_lo
 times it, an update that moved the weights by more than ``update_ratio_max`` of their own norm
 (the callback's ``update_ratio``; absent from plain logs), or an approx_kl above ``kl_max`` (the
 new policy barely resembles the old one) count as hits; ``min_hits`` of them make it certain.
-An approx_kl hit at an update where the policy was already near-deterministic does not count:
-between two near-deterministic policies (saturated logits, a Gaussian std near 0) a small move
-is a huge KL, and the collapse that caused it is ``entropy_collapse``'s to name. Healthy runs do
+An approx_kl or update_ratio hit at an update where the policy was already near-deterministic
+does not count: between two near-deterministic policies (saturated logits, a Gaussian std near
+0) a small move is a huge KL, the logits grow with every step that sharpens them further, and
+the collapse that caused both is ``entropy_collapse``'s to name. Healthy runs do
 see gradient norms grow as returns grow, by 10-100x; three orders of magnitude is beyond that.
 """
 
@@ -45,27 +46,29 @@ class ExplodingUpdates(Detector):
                 hits.extend((int(i), name) for i in indices[late])
                 evidence[f"{name}_baseline_median"] = base
                 evidence[f"{name}_max"] = float(values[late].max())
+        collapsed: set[int] | None = None
         # The update's own size against the weights it moved (the callback's update_ratio): no
         # baseline, since a healthy update moves the weights by a few percent of their norm at most.
-        indices, values = history.arrays("update_ratio")
-        with np.errstate(invalid="ignore"):
-            big = np.isfinite(values) & (values > t["update_ratio_max"])
-        if big.any():
-            hits.extend((int(i), "update_ratio") for i in indices[big])
-            evidence["update_ratio_max"] = float(values[big].max())
-        indices, values = history.arrays("approx_kl")
-        with np.errstate(invalid="ignore"):
-            kl = np.isfinite(values) & (values > t["kl_max"])
-        if kl.any():
-            collapsed = near_deterministic(
-                history, t["deterministic_entropy_fraction"], t["deterministic_std"], t["deterministic_entropy_drop"]
-            )
-            keep = np.array([int(i) not in collapsed for i in indices]) & kl
-            if (kl & ~keep).any():
-                evidence["approx_kl_hits_near_deterministic"] = int((kl & ~keep).sum())
+        # approx_kl: the new policy barely resembles the old one.
+        for name, limit in (("update_ratio", t["update_ratio_max"]), ("approx_kl", t["kl_max"])):
+            indices, values = history.arrays(name)
+            with np.errstate(invalid="ignore"):
+                big = np.isfinite(values) & (values > limit)
+            if not big.any():
+                continue
+            if collapsed is None:
+                collapsed = near_deterministic(
+                    history,
+                    t["deterministic_entropy_fraction"],
+                    t["deterministic_std"],
+                    t["deterministic_entropy_drop"],
+                )
+            keep = np.array([int(i) not in collapsed for i in indices]) & big
+            if (big & ~keep).any():
+                evidence[f"{name}_hits_near_deterministic"] = int((big & ~keep).sum())
             if keep.any():
-                hits.extend((int(i), "approx_kl") for i in indices[keep])
-                evidence["approx_kl_max"] = float(values[keep].max())
+                hits.extend((int(i), name) for i in indices[keep])
+                evidence[f"{name}_max"] = float(values[keep].max())
         if not hits:
             return None
         hits.sort()

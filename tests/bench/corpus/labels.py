@@ -72,7 +72,7 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
             and end["rel_rmse"] >= CRITIC_REL_RMSE
             and not end.get("r2", math.nan) >= CRITIC_R2
         )
-    collapse = _collapsed(m) and reference_return is not None and _stalled(rollouts, reference_return)
+    collapse = _collapsed(m) and reference_return is not None and stalled(rollouts, reference_return)
     return {
         "nan_scale": nonfinite,
         "exploding_updates": exploding,
@@ -109,7 +109,7 @@ def _collapsed(m: dict[str, Any]) -> bool:
     return False
 
 
-def _stalled(rollouts: dict[str, Any], reference: float) -> bool:
+def stalled(rollouts: dict[str, Any], reference: float) -> bool:
     start, end = mean_return(rollouts.get("start")), mean_return(rollouts.get("end"))
     if not (math.isfinite(start) and math.isfinite(end) and math.isfinite(reference)):
         return False

@@ -143,6 +143,10 @@ def score(
         if case is None or case["split"] not in SPLITS[split] or run["env"] in exclude_envs:
             continue
         truth = labels.label(run, refs.get(run["env"]))
+        ref = refs.get(run["env"])
+        # a privileged fact, never a detector input: the run's fresh rollouts got at least half way
+        # from the untrained policy's return to the env's reference (the entropy_collapse rule's bar)
+        learned = ref is not None and math.isfinite(ref) and not labels.stalled(run["measurements"]["rollouts"], ref)
         row = {
             "case": run["case"],
             "seed": run["seed"],
@@ -152,6 +156,7 @@ def score(
             "algo": run["algo"],
             "env": run["env"],
             "split": case["split"],
+            "learned": learned,
         }
         for path, history in (("sweep", sweep_history(run)), ("diagnose", plain_log_history(run))):
             if history is None or not len(history):
@@ -210,6 +215,9 @@ def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
         "mechanism_recall": {k: fmean(v) for k, v in sorted(mech.items())},
         "healthy_flagged": sum(r[path] != "healthy" for r in healthy),
         "healthy_runs": len(healthy),
+        # the false stops that cost most: healthy-labelled runs that also learned (see score())
+        "learned_flagged": sum(r[path] != "healthy" for r in healthy if r.get("learned")),
+        "learned_runs": sum(bool(r.get("learned")) for r in healthy),
         # what stop_on [KIND] would have stopped among runs labelled healthy: any certain finding counts
         "false_stop_rate": {
             k: sum(k in r.get(f"{path}_certain", []) for r in healthy) / max(len(healthy), 1) for k in TARGETS
@@ -246,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     for path, m in result["paths"].items():
         print(
             f"\n[{args.split}] {path}: {m['runs']} runs, accuracy {m['accuracy']:.3f}, "
-            f"healthy flagged {m['healthy_flagged']}/{m['healthy_runs']}"
+            f"healthy flagged {m['healthy_flagged']}/{m['healthy_runs']}, "
+            f"of which learned {m['learned_flagged']}/{m['learned_runs']}"
         )
         for c, v in m["per_class"].items():
             print(
