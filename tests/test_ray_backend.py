@@ -235,10 +235,15 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     and finishes; each useless one is behind it at the first evaluation past the warm-up, so it is
     pruned there and both its seeds are stopped, on either backend.
 
-    The median pruner judges only against finished trials. Ray starts a job's actor seconds after
-    another on a loaded machine, so with two workers the next trial's first seed could pass the
-    warm-up while the good trial's second seed still trained (CI saw it pruned only at 7168): on Ray
-    one worker runs the seeds in turn, and a pruned trial's second seed is stopped while queued."""
+    The evaluations are stochastic: the deterministic policy of an untrained CartPole net can
+    balance the pole for hundreds of steps by chance (CI saw a useless trial evaluate at 362
+    throughout, pruned only once the good one passed it), while its stochastic policy cannot.
+
+    On Ray one worker runs the seeds in turn: the median pruner judges only against finished
+    trials, so no useless seed runs before the good trial has finished; a pruned trial's second
+    seed is stopped while queued; and each job after a pruned one reuses the actor of a job Tune
+    stopped mid-training (which once failed the next job: Tune's 2 s wait for the stopped job's
+    thread)."""
     if backend == "ray":
         request.getfixturevalue("logical_gpu_ray")
     import io
@@ -261,7 +266,7 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
             hyperparams={"n_steps": 256, "batch_size": 64, "n_epochs": 4},
             space={"learning_rate": {"type": "choice", "values": [3e-3, 2e-8, 1e-8]}},
             sampler={"kind": "grid", "seed": 1},
-            objective={"eval_every": 1024, "eval_episodes": 3},
+            objective={"eval_every": 1024, "eval_episodes": 3, "deterministic": False},
             pruner={"kind": "median", "n_startup_trials": 1, "n_warmup_steps": 1500},
             backend={"kind": backend},
         )

@@ -1,11 +1,16 @@
-"""A Ray cluster of two nodes on this machine (Ray's own cluster utilities: a head and a worker
-node, one CPU each), a sweep run against its address, and the worker node killed mid-sweep."""
+"""A Ray cluster on this machine (Ray's own cluster utilities: a head and a worker node, one CPU
+each), a sweep run against its address, the worker node killed mid-sweep and another node joining
+through ``ray start``."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,12 +20,17 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from tests.helpers import split_runs, stores, tiny_spec  # noqa: E402
+from tests.helpers import split_runs, stores, subprocess_env, tiny_spec  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-def test_seeds_spread_over_the_nodes_and_a_lost_node_s_seeds_run_again_on_the_other(workdir: Path) -> None:
+def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining_node_is_used(
+    workdir: Path,
+) -> None:
+    """Two nodes train the first seeds; the worker node is killed once it has finished one (its
+    next seed is retried on the head); then a third node joins through ``ray start``, as an
+    operator adds one, and the jobs still to run are placed on it too."""
     from rich.console import Console
 
     from sweeps import spec as spec_module
@@ -30,56 +40,84 @@ def test_seeds_spread_over_the_nodes_and_a_lost_node_s_seeds_run_again_on_the_ot
     worker = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     killed: list[float] = []
+    joined: list[float] = []
+    joiner: list[subprocess.Popen] = []
 
-    worker_id = worker.node_id[:12]  # as seed runs name their node: "IP/node id"
+    head_id, worker_id = cluster.head_node.node_id[:12], worker.node_id[:12]  # seed runs name "IP/node id"
     seen: list[str] = []
 
-    def kill_worker_node() -> None:
-        """Once the worker node has finished a seed (its next one is then starting), kill it. The
-        store is read with sqlite3, read-only: an MLflow client here could race the sweep's own
-        tracker creating the store's tables."""
+    def finished_nodes() -> list[str]:
+        """The nodes of the finished seed runs. The store is read with sqlite3, read-only: an
+        MLflow client here could race the sweep's own tracker creating the store's tables."""
         db = workdir / "results" / "mlflow.db"
         finished = "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
         finished += "WHERE r.status = 'FINISHED' AND t.key = 'rlsweep.node'"
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+                return [row[0] for row in con.execute(finished)]
+        except sqlite3.Error as exc:  # not created yet, or busy: look again
+            seen[:] = [repr(exc)]
+            return []
+
+    def kill_then_join() -> None:
+        """Once the worker node has finished a seed (its next one is then starting), kill it; then
+        start a new node (its own raylet, one CPU) that joins the cluster mid-sweep."""
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            try:
-                with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
-                    nodes = [row[0] for row in con.execute(finished)]
-            except sqlite3.Error as exc:  # not created yet, or busy: look again
-                seen[:] = [repr(exc)]
-                nodes = []
+            nodes = finished_nodes()
             if any(n.endswith(worker_id) for n in nodes) and len(nodes) < 4:
                 time.sleep(1.5)
                 cluster.remove_node(worker, allow_graceful=False)
                 killed.append(time.monotonic())
-                return
+                break
             time.sleep(0.5)
+        else:
+            return
+        ray_cli = Path(sys.executable).with_name("ray")
+        command = [str(ray_cli), "start", f"--address={cluster.address}", "--num-cpus=1", "--block"]
+        joiner.append(
+            subprocess.Popen(
+                command,
+                env=subprocess_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # its raylet and workers share its process group: ended together
+            )
+        )
+        joined.append(time.monotonic())
 
     spec = spec_module.from_dict(
         tiny_spec(
             "cluster",
-            trials=6,
+            trials=12,
             seeds=1,
             total_timesteps=4096,
             backend={"kind": "ray", "address": cluster.address, "max_failures": 2},
         )
     )
-    killer = threading.Thread(target=kill_worker_node, daemon=True)
+    operator = threading.Thread(target=kill_then_join, daemon=True)
     try:
-        killer.start()
+        operator.start()
         run_sweep(spec, Console(file=io.StringIO()), workers=2)
-        killer.join()
+        operator.join()
     finally:
         ray.shutdown()
+        for process in joiner:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
         cluster.shutdown()
     client, experiment, study = stores(workdir, "cluster")
     assert killed, f"the worker node was never killed (the last error seen: {seen})"
-    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 6  # nothing lost
+    assert joined, "no node was started to join the cluster"
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 12  # nothing lost
     trials, seeds = split_runs(client, experiment.experiment_id)
-    assert sorted(r.info.run_name for r in seeds) == sorted(f"trial-{n}-seed-0" for n in range(6))  # none twice
-    nodes = {r.data.tags["rlsweep.node"] for r in seeds}
-    assert len({n.split("/")[1] for n in nodes}) == 2, nodes  # both nodes trained seeds
+    assert sorted(r.info.run_name for r in seeds) == sorted(f"trial-{n}-seed-0" for n in range(12))  # none twice
+    node_of = {r.info.run_name: r.data.tags["rlsweep.node"].split("/")[1] for r in seeds}
+    assert {head_id, worker_id} <= set(node_of.values()), node_of  # both first nodes trained seeds
+    newcomers = [r for r in seeds if node_of[r.info.run_name] not in (head_id, worker_id)]
+    assert newcomers, f"the node that joined mid-sweep ran nothing: {node_of}"
+    assert len({node_of[r.info.run_name] for r in newcomers}) == 1  # the one that joined, after its start
     retried = [r for r in seeds if r.data.tags.get("rlsweep.attempts") == "2"]
     assert retried and all(r.info.status == "FINISHED" for r in seeds)
     assert all(

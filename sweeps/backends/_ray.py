@@ -271,9 +271,10 @@ class RayBackend(Backend):
     name = "ray"
 
     def __init__(self, settings: RaySettings, limit: int | None = None) -> None:
-        """``limit``: the most jobs at once, on top of what the cluster's resources allow. (Nothing
-        is warmed up: each Tune actor imports torch and SB3 with its first job, once. Warm-up
-        trials were tried and measured no faster: the actor's own start, ~3.7 s, dominates.)"""
+        """``limit``: the most jobs at once, on top of what the cluster's resources allow. (Each
+        job runs in a fresh Tune actor, which imports torch and SB3 with it: a few seconds per
+        seed job. Warm-up trials were tried and measured no faster: the actor's own start, ~3.7 s,
+        dominates.)"""
         self.settings = settings
         self._started_ray = False
         self._channel: _Channel | None = None
@@ -393,7 +394,10 @@ class RayBackend(Backend):
             tune_config=tune.TuneConfig(
                 search_alg=Feed(self._id),
                 num_samples=-1,
-                reuse_actors=True,
+                # a fresh actor per job: an actor whose job Tune stopped mid-training (a pruned or
+                # doomed trial's) was held for reuse while its job's thread never ended, and the
+                # next job waited PENDING for it forever (seen with one worker)
+                reuse_actors=False,
                 # the driver submits no more than ``capacity`` jobs, which follows the nodes that
                 # come and go; Tune is held only by the fixed bounds
                 max_concurrent_trials=min((b for b in (s.max_concurrent, self._limit) if b), default=None),
