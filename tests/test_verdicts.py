@@ -196,17 +196,24 @@ def test_plain_log_of_a_policy_saturated_from_the_start_is_read_against_ln2():
     assert verdict.findings[0].evidence["entropy_limit"] == pytest.approx(0.2 * math.log(2))
 
 
-def test_kl_spikes_of_a_near_deterministic_policy_are_not_exploding_updates():
+@pytest.mark.parametrize(
+    "signal, spikes",
+    [
+        ("approx_kl", [5e-3] * 10 + [20.0, 1e-6, 30.0, 1e-6, 15.0] * 6),
+        # the logits grow with each step that sharpens an already collapsed policy: a consequence
+        ("update_ratio", [0.03] * 10 + [1.5, 0.03] * 15),
+    ],
+)
+def test_spikes_of_a_near_deterministic_policy_are_not_exploding_updates(signal, spikes):
     n = 40
     entropy = [0.69] * 5 + [1e-3] * (n - 5)
-    kl = [5e-3] * 10 + [20.0, 1e-6, 30.0, 1e-6, 15.0] * 6
-    h = ppo_history(n, entropy=entropy, approx_kl=kl, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
+    h = ppo_history(n, entropy=entropy, **{signal: spikes}, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
     h.context.update(continuous=False, entropy_max=math.log(2))
     verdict = judge(h)
     assert "exploding_updates" not in {f.kind for f in verdict.findings}
     assert verdict.verdict == "entropy_collapse"
     # the same spikes while the policy still explores are exploding updates
-    h = ppo_history(n, approx_kl=kl)
+    h = ppo_history(n, **{signal: spikes})
     h.context.update(continuous=False, entropy_max=math.log(2))
     assert judge(h).verdict == "exploding_updates"
 
@@ -344,22 +351,6 @@ def test_a_policy_saturated_from_its_first_update_that_never_moves_is_dead_on_bo
     if callback:  # the callback knows the uniform policy's entropy; a plain log does not
         h.context["entropy_max"] = math.log(2)
     assert judge(h).verdict == "dead_policy_gradient"
-
-
-def test_weight_moves_of_a_near_deterministic_policy_are_not_exploding_updates():
-    n = 40
-    # the logits grow with each step that sharpens an already collapsed policy: a consequence
-    entropy = [0.69] * 5 + [1e-3] * (n - 5)
-    ratio = [0.03] * 10 + [1.5, 0.03] * 15
-    h = ppo_history(n, entropy=entropy, update_ratio=ratio, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
-    h.context.update(continuous=False, entropy_max=math.log(2))
-    verdict = judge(h)
-    assert "exploding_updates" not in {f.kind for f in verdict.findings}
-    assert verdict.verdict == "entropy_collapse"
-    # the same moves while the policy still explores are exploding updates
-    h = ppo_history(n, update_ratio=ratio)
-    h.context.update(continuous=False, entropy_max=math.log(2))
-    assert judge(h).verdict == "exploding_updates"
 
 
 @pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])

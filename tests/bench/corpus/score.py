@@ -142,8 +142,8 @@ def score(
         case = cases.get(run["case"])
         if case is None or case["split"] not in SPLITS[split] or run["env"] in exclude_envs:
             continue
-        truth = labels.label(run, refs.get(run["env"]))
         ref = refs.get(run["env"])
+        truth = labels.label(run, ref)
         # a privileged fact, never a detector input: the run's fresh rollouts got at least half way
         # from the untrained policy's return to the env's reference (the entropy_collapse rule's bar)
         learned = ref is not None and math.isfinite(ref) and not labels.stalled(run["measurements"]["rollouts"], ref)
