@@ -59,7 +59,7 @@ def labelled_histories(root: Path) -> list[dict[str, Any]]:
     items = []
     for run in runs:
         truth = labels.label(run, refs.get(run["env"]))
-        if truth == "crash" or run["case"] not in cases:
+        if truth in score.UNSCORED or run["case"] not in cases:
             continue
         for path, history in (("sweep", score.sweep_history(run)), ("diagnose", score.plain_log_history(run))):
             if history is not None and len(history):

@@ -81,14 +81,21 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
         "stuck_value_loss": stuck,
         "entropy_collapse": collapse,
         "crashed": bool(error) and not nonfinite,
+        # a measurement rollout that failed for another reason (a bug of the harness, not the
+        # run's): the rules that read rollouts cannot be decided
+        "unmeasured": not nonfinite and any("error" in r for r in rollouts.values()),
     }
 
 
 def label(run: dict[str, Any], reference_return: float | None) -> str:
     """The first rule that holds, in ``ORDER`` (causes before consequences), else healthy;
-    ``crash`` for a run that raised something other than a non-finite error."""
+    ``crash`` for a run that raised something other than a non-finite error; ``unmeasured`` when a
+    measurement rollout failed and no rule before the first that reads rollouts holds (its label
+    cannot be decided, and defaulting to healthy would be a wrong label)."""
     found = facts(run, reference_return)
     for kind in ORDER:
+        if kind == "degenerate_reward" and found["unmeasured"]:
+            return "unmeasured"
         if found[kind]:
             return kind
     return "crash" if found["crashed"] else "healthy"

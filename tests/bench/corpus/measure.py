@@ -130,7 +130,7 @@ def rollout(
                 returns.append(float(info[0]["episode"]["r"]))
             truncated = info[0].get("TimeLimit.truncated", False)
             if truncated and "terminal_observation" in info[0]:
-                _, last, _ = policy_step(normalize_obs(info[0]["terminal_observation"][None]), state, False)
+                _, last, _ = policy_step(normalize_obs(_batch_of_one(info[0]["terminal_observation"])), state, False)
                 ends.append(2)
                 cut_values.append(last)
             else:
@@ -149,3 +149,11 @@ def rollout(
         "raw_reward_std": float(np.std(raw_arr)) if np.all(np.isfinite(raw_arr)) else math.nan,
         "episode_returns": returns,
     }
+
+
+def _batch_of_one(obs: Any) -> Any:
+    """One env's observation as a batch of one, as the VecEnv returns them (a Dict observation
+    is a dict of arrays: each gets the batch axis)."""
+    if isinstance(obs, dict):
+        return {key: np.asarray(value)[None] for key, value in obs.items()}
+    return np.asarray(obs)[None]

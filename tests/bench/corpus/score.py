@@ -46,6 +46,7 @@ SPLITS = {
     "seen": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4"),
     "all": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"),
 }
+UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
 TARGETS = ("nan_scale", "dead_policy_gradient", "stuck_value_loss", "entropy_collapse", "exploding_updates")
 _ADDED = ("stability/", "train/grad_norm", "train/grad_clipped_fraction")
 
@@ -174,7 +175,7 @@ def score(
 
 
 def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
-    scored = [r for r in rows if path in r and r["label"] != "crash"]
+    scored = [r for r in rows if path in r and r["label"] not in UNSCORED]
     confusion = Counter((r["label"], r[path]) for r in scored)
     classes = sorted({r["label"] for r in scored} | {r[path] for r in scored})
     per_class = {}

@@ -1,0 +1,74 @@
+"""The labelled corpus's harness (tests/bench/corpus): label rules and the measurement rollouts.
+
+The corpus itself is run by `make corpus`; these check the parts whose bugs would give runs wrong
+labels without any error showing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.env_util import make_vec_env
+
+from sweeps.repro_envs import DictObservation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "bench" / "corpus"))
+
+import labels  # noqa: E402
+import measure  # noqa: E402
+
+
+def _run(rollouts: dict, error: str = "") -> dict:
+    """A corpus run record whose snapshots say nothing failed."""
+    n = 3
+    return {
+        "error": error,
+        "measurements": {
+            "rollouts": rollouts,
+            "std_max": [None] * n,
+            "std_min": [None] * n,
+            "finite": [True] * n,
+            "param_norm": [10.0, 10.5, 11.0],
+            "kl_from_start": [0.0, 0.05, 0.1],
+            "determinism": [0.5, 0.6, 0.7],
+            "kind": "categorical",
+            "budget": 3000,
+            "snapshot_steps": [0, 1500, 3000],
+        },
+    }
+
+
+def _fit(rel_rmse: float) -> dict:
+    return {"rel_rmse": rel_rmse, "r2": 0.9, "raw_reward_std": 1.0, "episode_returns": [10.0, 30.0]}
+
+
+def test_a_run_whose_measurement_rollout_failed_is_unmeasured_not_healthy():
+    measured = {"start": _fit(0.1), "half": _fit(0.1), "end": _fit(0.1)}
+    assert labels.label(_run(measured), 100.0) == "healthy"
+    broken = dict(measured, end={"error": "KeyError: None"})
+    assert labels.label(_run(broken), 100.0) == "unmeasured"
+    # a rollout that failed on non-finite numbers is the run's own failure, and labelled so
+    nonfinite = dict(measured, end={"error": "ValueError: Expected parameter logits ... found invalid values"})
+    assert labels.label(_run(nonfinite), 100.0) == "nan_scale"
+
+
+def test_a_dict_observation_episode_cut_by_its_time_limit_is_measured():
+    def make() -> gym.Env:
+        return DictObservation(gym.make("CartPole-v1", max_episode_steps=5), horizon=5)
+
+    env = make_vec_env(make, n_envs=1, seed=0)
+    values = []
+
+    def step(obs, state, start):
+        assert isinstance(obs, dict) and obs["state"].shape == (1, 4)  # a batch of one, as the VecEnv gives
+        values.append(0.0)
+        return np.array([0]), 0.0, state
+
+    # pushing left for 5 steps keeps CartPole up: every episode ends by its time limit
+    result = measure.rollout(step, env, 20, lambda o: o, lambda r: r, 0.99)
+    env.close()
+    assert len(result["episode_returns"]) == 4
+    assert len(values) > 20  # the cut episodes' last observations were valued too
