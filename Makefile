@@ -6,7 +6,7 @@ TORCH  ?= torch==2.13.0
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.rlsweep-installed
 
-.PHONY: install demo test lint type bench corpus clean browser
+.PHONY: install demo test test-slow test-all lint type bench corpus clean browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,18 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/rlsweep run conf/sweeps/quickstart.yaml
 
+# Two tiers: `make test` is everything but the tests marked slow (a few minutes on 2 cores: unit
+# and contract tests on both backends, quick sweeps with real MLflow, Optuna and Ray); `make
+# test-slow` is the slow ones (the reports' reproductions trained to their verdicts, whole Ray sweeps
+# and a Ray cluster losing and gaining nodes, an MLflow server outage, repair end to end; about half
+# an hour). CI (.ci/run) runs both; `make test-all` runs them as one session.
 test: install
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+test-all: install
 	$(PY) -m pytest -q
 
 # ruff (rules in pyproject.toml: E, F, I, B, UP and S) and mypy on stability/ and the engine of sweeps/

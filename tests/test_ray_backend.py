@@ -59,6 +59,7 @@ def _runs(name: str) -> list:
     return client.search_runs([experiment.experiment_id], max_results=1000)
 
 
+@pytest.mark.slow
 def test_ray_runs_the_sweep_like_local_and_retries_a_killed_worker(cli, write_spec, workdir: Path) -> None:
     results = {}
     for kind in ("local", "ray"):
@@ -124,6 +125,7 @@ def logical_gpu_ray():
     assert _ray_left() == []
 
 
+@pytest.mark.slow
 def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logical_gpu_ray) -> None:
     """Four trials at gpu 0.25 run at once, each told CUDA_VISIBLE_DEVICES, and each trains on
     the CPU because torch finds no CUDA here."""
@@ -229,6 +231,7 @@ def test_a_doomed_trial_stops_its_running_seeds(backend: str, workdir: Path, req
     assert "found nan_scale" in seeds["skipped"].data.tags["rlsweep.cancelled"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["ray", "local"])
 def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: Path, request) -> None:
     """CartPole with one good and two useless learning rates: the good one runs first (grid seed 1)
@@ -323,6 +326,7 @@ def test_backend_section_is_checked(write_spec) -> None:
     assert json.loads(json.dumps(ok.resolved()))["backend"]["resources_per_trial"] == {"cpu": 0.5, "gpu": 0.25}
 
 
+@pytest.mark.slow
 def test_auto_repair_runs_on_ray_within_the_sweeps_budget(workdir: Path, logical_gpu_ray) -> None:
     """stability.repair.auto on the Ray backend: the failing trial's repair attempt is Ray jobs like
     any trial's; a one-trial, one-seed sweep has room for that attempt but not for its confirmation."""

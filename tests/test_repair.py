@@ -277,6 +277,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(write_spec, cli, workdir):
     write_spec(BROKEN)
     ran = cli("run", "sweep.yaml", "--workers", "2")
@@ -323,6 +324,7 @@ def test_rlsweep_repair_fixes_the_a2c_nan_scale_reproduction_and_records_it(writ
     assert again.returncode == 0 and "no failing trial to repair" in again.stdout
 
 
+@pytest.mark.slow
 def test_a_trial_knobs_cannot_repair_ends_with_its_attempts_and_a_clear_message(write_spec, cli, workdir):
     # NaN observations from the env: no learning rate, clipping or bound fixes that
     spec = dict(
@@ -350,6 +352,7 @@ def test_a_trial_knobs_cannot_repair_ends_with_its_attempts_and_a_clear_message(
     assert "failed: no repair within 2" in " ".join(result.stdout.split())
 
 
+@pytest.mark.slow
 def test_repair_refuses_unknown_trials_and_a_running_sweep(write_spec, cli, workdir):
     write_spec(dict(BROKEN, name="tiny_ok", hyperparams={"n_steps": 5}, total_timesteps=500, seeds=1, stability={}))
     assert cli("run", "sweep.yaml").returncode == 0

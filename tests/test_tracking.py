@@ -128,6 +128,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         stop_server(proc)
 
 
+@pytest.mark.slow
 def test_a_sweep_tracks_to_a_shared_server_and_every_command_reads_it_back(
     mlflow_server, write_spec, cli, workdir, monkeypatch
 ):
@@ -180,6 +181,7 @@ def test_credentials_in_the_tracking_uri_are_refused(write_spec, cli):
     assert SECRET not in result.stderr  # the refusal does not echo them either
 
 
+@pytest.mark.slow
 def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tmp_path, write_spec, workdir):
     """The server is stopped once the sweep's first runs are in it, for 12 s, then started again on
     the same store: the driver trains and writes Optuna meanwhile, holds its MLflow writes and
