@@ -68,12 +68,12 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
             for event in backend.poll(0.1):
                 now = time.perf_counter()
                 if event.kind == "started":
-                    started[event.key], worker[event.key] = now, str(event.payload.get("pid"))
+                    started[event.key], worker[event.key] = now, str(event.payload.pid)
                 elif event.kind in ("finished", "failed", "cancelled"):
                     if event.kind != "finished":
                         raise RuntimeError(f"job {event.key}: {event.payload}")
                     ended[event.key] = now
-                    busy[event.key] = event.payload["train_seconds"] + event.payload["eval_seconds"]
+                    busy[event.key] = event.payload.train_seconds + event.payload.eval_seconds
                     running -= 1
         closing = time.perf_counter()
     finally:
@@ -99,11 +99,11 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
 
 def main() -> None:
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    per_job = {kind: job_overheads(kind) for kind in ("local", "ray")}  # the quick part first
     local, ray = [], []
     for _ in range(repeat):
         local.append(whole_command("local"))
         ray.append(whole_command("ray"))
-    per_job = {kind: job_overheads(kind) for kind in ("local", "ray")}
     # what the gap is made of: fixed costs, and training itself running slower beside Ray's processes
     slower = per_job["ray"]["train_eval_s_per_job"] / per_job["local"]["train_eval_s_per_job"]
     print(
