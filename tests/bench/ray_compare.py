@@ -2,8 +2,8 @@
 
 1. Whole commands: ``rlsweep run ray.yaml --backend local`` and ``--backend ray`` (a local Ray
    instance started and stopped by the command), alternated ``repeat`` times; wall-time ratio.
-2. Per-job overhead after warm-up, from the backends' own events: for every job but each worker's
-   first, (time its worker was busy with it or idle before it) - (its train + eval seconds); and
+2. Per-job overhead after warm-up, from the backends' own events: for every job after the first
+   wave, (its end - its submission, made as soon as a slot freed) - (its train + eval seconds); and
    the median train + eval seconds of a job on each backend (the same 4096-step job).
 
     python tests/bench/ray_compare.py REPEAT   -> one JSON line on stdout
@@ -58,12 +58,14 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
     made = time.perf_counter()
     backend = backends.make(BackendSpec(kind=kind), 2, warm_imports=("stable_baselines3",), storage=folder)
     startup = time.perf_counter() - made
-    started, ended, worker, busy = {}, {}, {}, {}
+    submitted, started, ended, worker, busy = {}, {}, {}, {}, {}
     pending, running = list(jobs), 0
     try:
         while pending or running:
             while pending and running < backend.capacity:
-                backend.submit(pending.pop(0))
+                job = pending.pop(0)
+                backend.submit(job)
+                submitted[job.key] = time.perf_counter()
                 running += 1
             for event in backend.poll(0.1):
                 now = time.perf_counter()
@@ -80,12 +82,11 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
         backend.close()
         shutil.rmtree(folder, ignore_errors=True)
     shutdown = time.perf_counter() - closing
-    overheads, last_end = [], {}
-    for key in sorted(started, key=started.get):
-        w = worker[key]
-        if w in last_end:  # not this worker's first job: imports are paid
-            overheads.append(ended[key] - last_end[w] - busy[key])
-        last_end[w] = ended[key]
+    # Every job after the first wave (whose imports a warm worker has already paid, or, where each
+    # job gets a fresh process as on Ray, does not): the time from its submission, made as soon as
+    # a slot freed, to its end, less its training and evaluation.
+    first_wave = sorted(submitted, key=submitted.get)[: backend.capacity]
+    overheads = [ended[k] - submitted[k] - busy[k] for k in submitted if k not in first_wave]
     return {
         "startup_s": round(startup, 2),
         "shutdown_s": round(shutdown, 2),
