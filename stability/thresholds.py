@@ -55,7 +55,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "collapsed_fraction": 0.1,
         "min_certain_steps": 2048,
         "min_updates_final": 4,
-        "travelled_kl": 0.01,
     },
     "stuck_value_loss": {
         "enabled": True,

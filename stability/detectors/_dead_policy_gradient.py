@@ -4,12 +4,11 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
 (or at the end of a run of unknown budget), from ``min_updates`` updates mid-run and from
 ``min_updates_final`` once the run has ended (a short budget of big rollouts has only a handful):
 - PPO-style runs (approx_kl logged): clip_fraction about 0, and either approx_kl about 0 with
-  entropy frozen over the window (unless the updates' approx_kl over the whole run add up to
-  ``travelled_kl``: a policy that got somewhere in small steps has slowed, not died), or entropy
-  still at its very first value (a policy that only jitters around its initial distribution: the
-  report's entropy of exactly ln 16 with approx_kl ~1e-3 from noise). clip_fraction near 1 is
-  the opposite case (a decayed clip range clips everything) and never counts as dead; a schedule
-  that has taken the learning rate near 0 is not a failure either.
+  entropy frozen over the window, or entropy still at its very first value (a policy that only
+  jitters around its initial distribution: the report's entropy of exactly ln 16 with approx_kl
+  ~1e-3 from noise). clip_fraction near 1 is the opposite case (a decayed clip range clips
+  everything) and never counts as dead; a schedule that has taken the learning rate near 0 is
+  not a failure either.
 - A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
   or (discrete policies) the entropy still at its very first value (weight decay or an entropy
@@ -63,7 +62,7 @@ class DeadPolicyGradient(Detector):
             kl = median(history.values("approx_kl", last=w))
             clip = median(history.values("clip_fraction", last=w)) if history.has("clip_fraction") else 0.0
             evidence.update(approx_kl_median=kl, clip_fraction_median=clip)
-            quiet = kl < t["kl_max"] and frozen_entropy is not False and not _travelled(history, t, evidence)
+            quiet = kl < t["kl_max"] and frozen_entropy is not False
             dead = clip < t["clip_fraction_max"] and (quiet or _never_moved(history, t, evidence))
             onset = streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
@@ -129,19 +128,6 @@ def _never_moved(history: History, t: dict[str, Any], evidence: dict[str, Any]) 
     moved = drift / max(abs(first), 0.1)
     evidence.update(entropy_first=first, entropy_last=entropy[-1], entropy_max_drift=moved)
     return moved < t["entropy_rel_change_max"]
-
-
-def _travelled(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
-    """The updates' approx_kl, summed over the run so far, reach ``travelled_kl`` nats: a policy
-    that moved that far in small steps and is quiet now has slowed (a small or decayed learning
-    rate, a converged task), it is not dead. The sum is a random walk's estimate of the distance
-    from the first policy (a straight path goes further; one record per group of small updates
-    counts once, so it errs low). Only for a quiet window: a policy that only jitters around its
-    first distribution (``_never_moved``) sums noise that goes nowhere, and stays dead."""
-    kl = [v for v in history.values("approx_kl") if math.isfinite(v) and v > 0]
-    total = float(sum(kl))
-    evidence["approx_kl_sum"] = total
-    return total >= t["travelled_kl"]
 
 
 def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
