@@ -75,8 +75,8 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "Seven splits, each fixed by case before its runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
-        "fresh2, then fresh3, then fresh4; the last changes were made with every split up to fresh4 in view. "
-        "**The fresh5 split, written before those last changes and run once after them, is the result**; "
+        "fresh2, then fresh3, then fresh4 (a change tried with fresh4 in view was withdrawn). "
+        "**The fresh5 split, written before any of its cases ran and scored once, is the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
         "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs).",

@@ -33,7 +33,7 @@ from stability.thresholds import Thresholds  # noqa: E402
 from stability.verdict import Judge, checkpoints, judge  # noqa: E402
 
 # What each --split scores: "seen" is every run whose scores have been read while changing the
-# detectors; "fresh5" was fixed before the changes it tests and scored once after them (see
+# detectors; "fresh5" was fixed before any of its cases ran and scored once (see
 # cases.yaml for the order in which the splits were written, run and read).
 SPLITS = {
     "calib": ("calib",),
