@@ -58,7 +58,7 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
     made = time.perf_counter()
     backend = backends.make(BackendSpec(kind=kind), 2, warm_imports=("stable_baselines3",), storage=folder)
     startup = time.perf_counter() - made
-    submitted, started, ended, worker, busy = {}, {}, {}, {}, {}
+    submitted, ended, worker, busy = {}, {}, {}, {}
     pending, running = list(jobs), 0
     try:
         while pending or running:
@@ -70,7 +70,7 @@ def job_overheads(kind: str, n_jobs: int = 12) -> dict:
             for event in backend.poll(0.1):
                 now = time.perf_counter()
                 if event.kind == "started":
-                    started[event.key], worker[event.key] = now, str(event.payload.pid)
+                    worker[event.key] = str(event.payload.pid)
                 elif event.kind in ("finished", "failed", "cancelled"):
                     if event.kind != "finished":
                         raise RuntimeError(f"job {event.key}: {event.payload}")
