@@ -38,6 +38,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "degenerate_reward": {
         "enabled": True,
         "min_updates": 10,
+        "min_episodes": 10,
         "spread_eps": 1.0e-8,
     },
     "dead_policy_gradient": {

@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted: finished trials are kept; run the same command again to continue")
         return 130
+    finally:
+        from sweeps.backends._reaper import stop_resource_tracker
+
+        stop_resource_tracker()  # nothing this command started outlives it, not even for a moment
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:

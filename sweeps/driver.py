@@ -132,6 +132,7 @@ class Driver:
         self._stability = stability_settings(spec)
         self.logged_step: dict[tuple[int, int], int] = {}  # job -> last step sent to MLflow
         self.retry_floor: dict[tuple[int, int], int] = {}  # retried job -> steps up to here are logged
+        self._points_waiting: dict[tuple[int, int], int] = {}  # job -> its points queued behind its run's creation
         # Repairs: by ``stability.repair.auto`` (bounded by the sweep's own size) or ``rlsweep repair``.
         auto = spec.stability.repair
         self.repair = repair or (
@@ -270,9 +271,11 @@ class Driver:
         if isinstance(payload, Metrics):
             if payload.step > self.retry_floor.get(event.key, -1):
                 self.logged_step[event.key] = max(payload.step, self.logged_step.get(event.key, -1))
-                if seed in active.child_runs:
+                if seed in active.child_runs and not self._points_waiting.get(event.key):
                     self.tracker.log_metrics(active.child_runs[seed], payload.step, payload.values)
-                else:  # its run is still to be created (the tracking server was away): after it
+                else:  # its run is still to be created (writes piled up, or the tracking server was
+                    # away): after it, and so are the points that come while earlier ones wait
+                    self._points_waiting[event.key] = self._points_waiting.get(event.key, 0) + 1
                     self._mlflow.append(partial(self._log_late, active, seed, payload.step, payload.values))
             if PERIODIC_RETURN in payload.values and active.plan is None:
                 active.periodic.setdefault(payload.step, {})[seed] = payload.values[PERIODIC_RETURN]
@@ -310,6 +313,10 @@ class Driver:
 
     def _log_late(self, active: ActiveTrial, seed: int, step: int, values: dict[str, float]) -> None:
         self.tracker.log_metrics(active.child_runs[seed], step, values)
+        key = (active.number, seed)
+        self._points_waiting[key] -= 1
+        if not self._points_waiting[key]:
+            del self._points_waiting[key]
 
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
         tries = self.pool.tries.get(key)

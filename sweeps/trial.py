@@ -210,10 +210,13 @@ def _verdict(watch: Any) -> dict[str, Any]:
 
 
 def _plot(watch: Any, config: TrialConfig) -> bytes | None:
-    """The signals PNG with the onset marked, for a seed with a finding (rendering costs ~0.5 s;
-    a healthy seed's curves are in MLflow's charts, and ``rlsweep diagnose RUN --plot`` draws any run).
-    Rendered here: the worker has the history; the driver only stores the bytes."""
-    if not watch.verdict.findings:
+    """The signals PNG with the onset marked, for a seed whose verdict is a failure (rendering
+    costs ~0.5 s, and importing matplotlib ~32 MiB that the worker keeps for good: drawn for every
+    seed with a finding, the warnings of healthy seeds put the worker 1.15x over a plain training
+    loop's memory). A healthy seed's curves are in MLflow's charts, its warnings in
+    ``verdict.json``, and ``rlsweep diagnose RUN --plot`` draws any run. Rendered here: the worker
+    has the history; the driver only stores the bytes."""
+    if watch.verdict.verdict == "healthy":
         return None
     import tempfile
     from pathlib import Path

@@ -12,11 +12,19 @@ from sweeps.trial import TrialConfig, TrialResult
 
 def job(config: TrialConfig, reporter: Any) -> TrialResult:
     """``config.hyperparams``: ``updates`` metric reports ``sleep`` seconds apart, then ``end``:
-    "finish" (a result), "raise" (a ValueError) or "exit" (the worker process dies)."""
+    "finish" (a result), "raise" (a ValueError) or "exit" (the worker process dies). With
+    ``flush_in_finally``, the job reports once more however it ends, as a training's last metric
+    flush does (``sweeps.trial``)."""
     plan = config.hyperparams
-    for step in range(1, int(plan.get("updates", 3)) + 1):
-        reporter.metrics(step, {"update": float(step)})
-        time.sleep(float(plan.get("sleep", 0.01)))
+    step = 0
+    try:
+        for step in range(1, int(plan.get("updates", 3)) + 1):
+            reporter.metrics(step, {"update": float(step)})
+            time.sleep(float(plan.get("sleep", 0.01)))
+    finally:
+        if plan.get("flush_in_finally"):
+            time.sleep(1.5)  # past the Ray reporter's batching interval, so this report is sent
+            reporter.metrics(step, {"update": float(step)})
     end = plan.get("end", "finish")
     if end == "raise":
         raise ValueError(f"job {config.key} raised on purpose")

@@ -93,6 +93,22 @@ def descendants(root: int | None = None) -> dict[int, str]:
     return found
 
 
+def children_as_found() -> dict[int, str]:
+    """This process's children as they are, none reaped, zombies included: pid -> state and name.
+    A child here that this process did not start was re-parented to it (it is the subreaper): it
+    outlived the process that started it, if only by a moment."""
+    from sweeps.backends._reaper import process_table
+
+    found = {}
+    for pid, (ppid, _, state) in process_table().items():
+        if ppid == os.getpid():
+            try:
+                found[pid] = f"{state} {(Path('/proc') / str(pid) / 'comm').read_text().strip()}"
+            except OSError:
+                found[pid] = f"{state} ?"
+    return found
+
+
 def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
     """A valid spec that trains in about a second per seed."""
     spec: dict[str, Any] = {

@@ -20,15 +20,15 @@ TERMINAL = ("finished", "failed", "cancelled")
 _trials = count(1)
 
 
-def _make(kind: str) -> Backend:
+def _make(kind: str, slots: int = 2) -> Backend:
     if kind == "local":
         from sweeps.backends._local import LocalBackend
 
-        return LocalBackend(2, job=JOB)
+        return LocalBackend(slots, job=JOB)
     pytest.importorskip("ray")
     from sweeps.backends._ray import RayBackend, RaySettings
 
-    return RayBackend(RaySettings(cpu=1.0, job=JOB), limit=2)
+    return RayBackend(RaySettings(cpu=1.0, job=JOB), limit=slots)
 
 
 @pytest.fixture(scope="module", params=["local", "ray"])
@@ -120,6 +120,32 @@ def test_poll_waits_at_most_its_timeout(backend: Backend) -> None:
     assert backend.poll(0) == [] and time.monotonic() - started < 1
 
 
+@pytest.mark.parametrize("kind", ["local", pytest.param("ray", marks=pytest.mark.slow)])  # its own Ray instance
+def test_the_worker_of_a_stopped_job_runs_the_next_job(kind: str) -> None:
+    """One slot: a job stopped mid-run frees its worker (on Ray, its actor, with torch and SB3
+    already imported) for the next job, even though the stopped job reports again from its
+    clean-up, as a training's last metric flush does."""
+    be = _make(kind, slots=1)
+    try:
+        stopped = config(next(_trials), updates=2000, sleep=0.02, flush_in_finally=True)
+        be.submit(stopped)
+        deadline, seen = time.monotonic() + 120, []
+        while not any(e.kind == "metrics" for e in seen) and time.monotonic() < deadline:
+            seen += [e for e in be.poll(0.2) if e.key == stopped.key]
+        assert any(e.kind == "metrics" for e in seen), seen
+        be.cancel([stopped.key], "doomed by a sibling seed")
+        ended = seen + _until_ended(be, {stopped.key}, timeout=60)[stopped.key]
+        assert [e.kind for e in ended if e.kind in TERMINAL] == ["cancelled"]
+        after = config(next(_trials), updates=2)  # submitted once the slot is free, as the driver does
+        be.submit(after)
+        events = _until_ended(be, {after.key}, timeout=60)[after.key]
+        assert _kinds(events)[-1] == "finished"
+        pids = [next(e.payload.pid for e in evs if e.kind == "started") for evs in (ended, events)]
+        assert pids[0] == pids[1]  # the same worker process ran both
+    finally:
+        be.close()
+
+
 @pytest.mark.parametrize("kind", ["local", "ray"])
 def test_close_is_idempotent_and_abandons_a_running_job(kind: str) -> None:
     be = _make(kind)
@@ -137,6 +163,37 @@ def test_close_is_idempotent_and_abandons_a_running_job(kind: str) -> None:
         while pid in descendants() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert pid not in descendants()
+
+
+def test_a_local_worker_that_dies_idle_is_reported_on_its_next_job_and_poll_still_waits() -> None:
+    """A worker killed between jobs: polling waits its timeout as before (its closed pipe is not read
+    over and over), the next job given to it is WORKER_DIED, and the replacement runs the one after."""
+    import os
+    import signal
+
+    from sweeps.backends._local import LocalBackend
+
+    be = LocalBackend(1, job=JOB)
+    try:
+        first = config(next(_trials), updates=1)
+        be.submit(first)
+        events = _until_ended(be, {first.key})[first.key]
+        pid = next(e.payload.pid for e in events if e.kind == "started")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid in descendants() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert be.poll(0.5) == [] and time.monotonic() - started >= 0.45
+        doomed = config(next(_trials), updates=1)
+        be.submit(doomed)
+        ended = _until_ended(be, {doomed.key}, timeout=30)[doomed.key]
+        assert _kinds(ended) == ["failed"] and ended[0].payload.worker_died
+        after = config(next(_trials), updates=1)
+        be.submit(after)
+        assert _kinds(_until_ended(be, {after.key}, timeout=60)[after.key])[-1] == "finished"
+    finally:
+        be.close()
 
 
 def test_local_workers_share_gpus_each_seeing_only_its_own() -> None:

@@ -18,7 +18,15 @@ from sweeps.trial import TrialConfig
 from tests.fakes import Recorder, Scripted, died, metrics, result
 
 
-def _driver(script: Any, capacity: int = 2, study: Any = None, interrupt_after: int | None = None, **spec: Any):
+def _driver(
+    script: Any,
+    capacity: int = 2,
+    study: Any = None,
+    interrupt_after: int | None = None,
+    backend_class: type[Scripted] = Scripted,
+    tracker: Recorder | None = None,
+    **spec: Any,
+):
     doc = {
         "name": "scripted",
         "env": {"id": "Pendulum-v1"},
@@ -29,7 +37,7 @@ def _driver(script: Any, capacity: int = 2, study: Any = None, interrupt_after: 
         "space": {"learning_rate": {"type": "choice", "values": [0.001, 0.002]}},
     } | spec
     study = study or optuna.create_study(direction="maximize")
-    backend, tracker = Scripted(script, capacity, interrupt_after), Recorder()
+    backend, tracker = backend_class(script, capacity, interrupt_after), tracker or Recorder()
     return Driver(from_dict(doc), backend, tracker, study), study, backend, tracker
 
 
@@ -233,6 +241,35 @@ def test_metrics_of_a_job_reach_its_seed_run_in_order():
     assert isinstance(metrics(1)[0], Metrics)
 
 
+def test_points_that_arrive_before_their_run_exists_keep_their_order_when_later_ones_come_while_they_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    from sweeps import driver as dr
+
+    class TwoEventsAPoll(Scripted):
+        def poll(self, timeout: float) -> list:
+            out, self.events = self.events[:2], self.events[2:]
+            return out
+
+    class SlowWrites(Recorder):  # each write outlasts a turn's budget: one write per turn of the loop
+        def reconcile(self, outcomes) -> int:
+            time.sleep(0.02)
+            return 0
+
+        def start_seed(self, *args: Any, **kwargs: Any) -> str:
+            time.sleep(0.02)
+            return super().start_seed(*args, **kwargs)
+
+    monkeypatch.setattr(dr, "WRITE_BUDGET", 0.01)
+    script = lambda c, a: [*metrics(1, 2, 3, 4), result()]  # noqa: E731
+    driver, _, _, tracker = _driver(script, capacity=1, backend_class=TwoEventsAPoll, tracker=SlowWrites(), seeds=1)
+    driver.run()
+    # the run's creation waited behind the reconcile, so step 1 waited for it; steps 2.. came while it did
+    assert tracker.run("trial-0-seed-0")["steps"] == [1, 2, 3, 4]
+
+
 def test_an_event_takes_its_kind_from_its_payload_and_the_wire_form_is_checked():
     from sweeps.backends._base import Event, from_wire
 
@@ -255,3 +292,100 @@ def test_a_backlog_of_tracking_writes_is_done_in_order_a_budget_at_a_time():
     assert driver.progress.tracking_held == 6 - len(done)
     driver._write_mlflow()  # at the end: all of them, still in order
     assert done == list(range(6)) and driver.progress.tracking_held == 0
+
+
+# --- the study's storage ------------------------------------------------------------------------
+def test_the_sole_writer_storage_reads_what_optuna_reads_and_asks_the_database_only_for_what_was_written(
+    tmp_path: Any,
+) -> None:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.trial import TrialState
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    space = {"x": FloatDistribution(0.0, 1.0), "k": CategoricalDistribution(["a", "b"])}
+    study = optuna.create_study(
+        study_name="s",
+        storage=st.sole_writer_storage(url),
+        direction="maximize",
+        pruner=optuna.pruners.MedianPruner(0, 0),
+    )
+    trials = [study.ask(space) for _ in range(4)]  # the sampler reads the study between asks
+    trials[0].report(1.0, 10)
+    trials[0].set_user_attr("u", {"a": 1})
+    study._storage.set_trial_system_attr(trials[1]._trial_id, "s", 2)
+    study.tell(trials[2], 3.0)
+    study.tell(trials[3], state=TrialState.FAIL)
+    study.enqueue_trial({"x": 0.5, "k": "b"})
+    queued = study.ask(space)  # takes the waiting trial: a state written by this process
+    queued.report(2.0, 5)
+    trials[1].report(0.5, 10)
+    trials[1].should_prune()  # the pruner reads the study too
+    mine = {t.number: t for t in study.get_trials()}
+    theirs = {t.number: t for t in optuna.load_study(study_name="s", storage=url).get_trials()}
+    assert sorted(mine) == sorted(theirs) == [0, 1, 2, 3, 4]
+    for number, t in theirs.items():
+        m = mine[number]
+        assert (m.state, m.values, m.params, m.distributions) == (t.state, t.values, t.params, t.distributions)
+        assert (m.user_attrs, m.system_attrs, m.intermediate_values) == (
+            t.user_attrs,
+            t.system_attrs,
+            t.intermediate_values,
+        )
+        assert (m.datetime_start, m.datetime_complete) == (t.datetime_start, t.datetime_complete)
+    assert mine[4].params == {"x": 0.5, "k": "b"} and mine[4].state == TrialState.RUNNING
+
+    backend = study._storage._backend
+    asked: list[set[int]] = []
+    read = backend._get_trials
+
+    def spy(study_id: int, states: Any, included_trial_ids: set[int], trial_id_greater_than: int) -> Any:
+        asked.append(set(included_trial_ids))
+        return read(study_id, states, included_trial_ids, trial_id_greater_than)
+
+    backend._get_trials = spy
+    study.get_trials()
+    assert asked == []  # nothing written since the last read: the database is not asked
+    trials[0].report(4.0, 20)
+    assert study.get_trials()[0].intermediate_values == {10: 1.0, 20: 4.0}
+    assert asked == [{trials[0]._trial_id}]  # the one trial written, not every unfinished one
+
+
+MOUNTS = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 252:1 / / rw,relatime - ext4 /dev/vda1 rw
+40 27 0:51 / /home/me/shared\\040drive rw,relatime - nfs4 server:/export rw,vers=4.2
+41 40 0:52 / /home/me/shared\\040drive/scratch rw - tmpfs tmpfs rw
+"""
+
+
+def test_the_filesystem_of_a_path_is_its_longest_mount_point(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    mounts = tmp_path / "mountinfo"
+    mounts.write_text(MOUNTS)
+    where = lambda p: st.filesystem_type(Path(p), mounts)  # noqa: E731
+    assert where("/home/me/results") == "ext4"
+    assert where("/home/me/shared drive/results") == "nfs4"  # mountinfo writes the space as an octal escape
+    assert where("/home/me/shared drive/scratch/x") == "tmpfs"
+    assert where("/home/me/shared drivex") == "ext4"  # a prefix of a name is not a mount point
+    assert st.filesystem_type(Path("/x"), tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize("fs", ["local", "nfs4"])
+def test_the_study_commits_to_a_write_ahead_log_only_on_a_local_filesystem(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, fs: str
+) -> None:
+    import sqlite3
+
+    local = next(iter(st._LOCAL_FILESYSTEMS))
+    monkeypatch.setattr(st, "filesystem_type", lambda path: local if fs == "local" else fs)
+    db = tmp_path / "study.db"
+    study = optuna.create_study(study_name="s", storage=st.sole_writer_storage(f"sqlite:///{db}"))
+    study.tell(study.ask(), 1.0)
+    with study._storage._backend.engine.connect() as conn:
+        mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+        sync = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+    assert (mode, sync) == (("wal", 1) if fs == "local" else ("delete", 2))
+    # what was committed is there for a plain reader, the log not yet folded into the file
+    assert [t.value for t in optuna.load_study(study_name="s", storage=f"sqlite:///{db}").trials] == [1.0]
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == mode

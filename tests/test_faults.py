@@ -17,6 +17,7 @@ import yaml
 
 from tests.helpers import (
     become_subreaper,
+    children_as_found,
     descendants,
     rlsweep,
     split_runs,
@@ -123,8 +124,10 @@ def test_four_workers_forty_trials_lose_and_repeat_nothing(tmp_path: Path) -> No
     ours = set(descendants())
     result = rlsweep(tmp_path, "run", "crowd.yaml", "--workers", "4")
     assert result.returncode == 0, result.stdout + result.stderr
-    # it returned only after every process it started had ended: workers and helpers (this process
-    # is their subreaper, so an orphan would be seen here), with no grace period
+    # it returned only after every process it started had ended and been waited for: workers and
+    # helpers such as multiprocessing's resource tracker (this process is their subreaper, so an
+    # orphan would be seen here, even one that has already died), with no grace period
+    assert {pid: what for pid, what in children_as_found().items() if pid not in ours} == {}
     assert {pid: cmd for pid, cmd in descendants().items() if pid not in ours} == {}
     client, experiment, study = stores(tmp_path, "crowd")
     trials = study.get_trials()

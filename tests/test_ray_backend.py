@@ -245,8 +245,8 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     On Ray one worker runs the seeds in turn: the median pruner judges only against finished
     trials, so no useless seed runs before the good trial has finished; a pruned trial's second
     seed is stopped while queued; and each job after a pruned one starts right after Tune stopped
-    a job mid-training (when Tune reused actors, the next job waited for the stopped one's actor
-    for ever)."""
+    a job mid-training, in the actor that job ran in (when a stopped job reported again from its
+    clean-up, it kept the actor and the next job waited for ever)."""
     if backend == "ray":
         request.getfixturevalue("logical_gpu_ray")
     import io

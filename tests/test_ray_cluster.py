@@ -89,7 +89,10 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
     spec = spec_module.from_dict(
         tiny_spec(
             "cluster",
-            trials=12,
+            # enough seeds left after the join for it to count: a joining node needs a while to
+            # start, pass the version check and start an actor, while the head's reused actor
+            # finishes a seed every few seconds (with 12 trials the sweep often ended first)
+            trials=24,
             seeds=1,
             total_timesteps=4096,
             backend={"kind": "ray", "address": cluster.address, "max_failures": 2},
@@ -110,9 +113,9 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
     client, experiment, study = stores(workdir, "cluster")
     assert killed, f"the worker node was never killed (the last error seen: {seen})"
     assert joined, "no node was started to join the cluster"
-    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 12  # nothing lost
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"] * 24  # nothing lost
     trials, seeds = split_runs(client, experiment.experiment_id)
-    assert sorted(r.info.run_name for r in seeds) == sorted(f"trial-{n}-seed-0" for n in range(12))  # none twice
+    assert sorted(r.info.run_name for r in seeds) == sorted(f"trial-{n}-seed-0" for n in range(24))  # none twice
     node_of = {r.info.run_name: r.data.tags["rlsweep.node"].split("/")[1] for r in seeds}
     assert {head_id, worker_id} <= set(node_of.values()), node_of  # both first nodes trained seeds
     newcomers = [r for r in seeds if node_of[r.info.run_name] not in (head_id, worker_id)]

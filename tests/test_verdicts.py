@@ -374,3 +374,39 @@ def test_a_short_run_whose_policy_never_moved_is_dead_once_it_has_ended():
     assert all(live.check(h.prefix(k)).verdict == "healthy" for k in range(1, n))  # too few updates mid-run
     assert judge(h).verdict == "dead_policy_gradient"  # judged at the end
     assert judge(h.prefix(3)).verdict == "healthy"  # three updates are too few even then
+
+
+def _plain_long_episodes(returns: list[float], every: int = 200) -> History:
+    """A plain SB3 log of a run whose 999-step episodes end in waves: ``ep_return`` is the
+    logger's running mean, re-logged at every update whether or not an episode ended."""
+    n = len(returns)
+    h = History(total_steps=n * every)
+    for i, value in enumerate(returns):
+        h.add(
+            (i + 1) * every,
+            {
+                "ep_return": value,
+                "ep_length": 999.0,
+                "entropy": 1.4,
+                "value_loss": 1.0 / (1 + i),
+                "explained_variance": 0.5,
+                "learning_rate": 7e-4,
+                "pg_loss": -0.1,
+            },
+        )
+    return h
+
+
+def test_a_plain_log_repeating_one_wave_of_long_episodes_is_not_a_constant_reward():
+    # one wave of 4 episodes, re-logged for 20 updates, then the next waves' means: the mean return
+    # that never changed for 20 records held 4 episodes, not 20
+    returns = [-51.5] * 20 + [-49.3] * 20 + [-47.1] * 20 + [-44.6] * 20
+    verdict = judge(_plain_long_episodes(returns))
+    assert "degenerate_reward" not in {f.kind for f in verdict.findings}
+
+
+def test_a_plain_log_whose_every_episode_returned_the_same_is_degenerate_once_enough_ended():
+    # 60 updates of 200 steps: 12 episodes of 999 steps, all returning the same total
+    assert judge(_plain_long_episodes([499.5] * 60)).verdict == "degenerate_reward"
+    # the same for 40 updates is 8 episodes: too few to tell a constant reward
+    assert "degenerate_reward" not in {f.kind for f in judge(_plain_long_episodes([499.5] * 40)).findings}

@@ -33,6 +33,8 @@ class DegenerateReward(Detector):
         returns = history.values("ep_return", last=len(history) - flat)
         if len(returns) < t["min_updates"] or max(returns) - min(returns) > eps * max(1.0, abs(returns[0])):
             return None
+        if _too_few_episodes(history, history.step_of(flat) if flat else 0, t):
+            return None
         value = history.values("reward_mean")[-1] if history.has("reward_mean") else float("nan")
         # Constant from the first rollout on: the env pays no signal (a cause). Constant only since
         # later: the policy stopped reaching what paid (a consequence of another failure, which then
@@ -66,6 +68,8 @@ class DegenerateReward(Detector):
             return None
         if max(returns) - min(returns) > t["spread_eps"] * max(1.0, abs(returns[0])):
             return None
+        if _too_few_episodes(history, 0, t):
+            return None
         return Finding(
             self.name,
             history.step_of(0),
@@ -76,3 +80,20 @@ class DegenerateReward(Detector):
                 "give the agent a reward it can change (shaping), or a start state that can reach it",
             ],
         )
+
+
+def _too_few_episodes(history: History, start_step: int, t: dict[str, Any]) -> bool:
+    """Whether fewer than ``min_episodes`` episodes ended between env step ``start_step`` and
+    the last update.
+
+    The logged return is a running mean over recent episodes, logged at every update whether or
+    not an episode ended, so its records are not episodes: MountainCar's 999-step episodes end in
+    waves ~4000 env steps apart (4 envs), and ten records of one wave's mean are one wave, not ten
+    returns. The episodes a stretch holds are its env steps over the mean episode length (steps of
+    all envs count); a stretch from the run's start counts from step 0, as the first logged mean
+    already holds the episodes that ended before it. Without episode lengths the records are all
+    there is to go by (False)."""
+    lengths = [v for v in history.values("ep_length") if v > 0]
+    if not lengths:
+        return False
+    return (history.last_step - start_step) / (sum(lengths) / len(lengths)) < t["min_episodes"]

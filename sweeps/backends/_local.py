@@ -1,9 +1,14 @@
 """Local backend: long-lived worker processes, one job each at a time, one torch thread each.
 
 Workers are spawned once and reused, so the ~2 s import of torch and SB3 is paid per worker,
-not per trial. Each worker has its own task queue, so the driver always knows which job a
-worker holds; a worker that dies (killed, segfault, OOM) is reported as a failed job and
-replaced.
+not per trial. Each worker talks to the driver over a pipe of its own, so the driver always
+knows which job a worker holds; a worker that dies (killed, segfault, OOM) is reported as a
+failed job and replaced.
+
+Pipes, not ``multiprocessing`` queues: a queue's locks are named semaphores that the resource
+tracker (a helper process every spawning process starts) must be told about, down to the
+interpreter's exit; with none of them, ``_reaper.stop_resource_tracker`` can end that helper before
+the driver returns, and nothing it started outlives it, even by a moment.
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
-import queue
 import signal
 import socket
+import time
 import traceback
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from sweeps.backends._base import JOB, WORKER_DIED, Backend, Event, Failure, failure, from_wire, load_job
@@ -28,16 +34,16 @@ class Cancelled(Exception):
     """Raised inside a job's training when the driver cancelled it (see LocalBackend.cancel)."""
 
 
-class _QueueReporter:
+class _PipeReporter:
     """Sends a job's metrics to the driver; at each dump, ends the job if the driver cancelled it."""
 
-    def __init__(self, results: Any, key: tuple[int, int], cancelled: Any) -> None:
-        self.results, self.key, self.cancelled = results, key, cancelled
+    def __init__(self, conn: Connection, key: tuple[int, int], cancelled: Any) -> None:
+        self.conn, self.key, self.cancelled = conn, key, cancelled
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         if tuple(self.cancelled[:]) == self.key:
             raise Cancelled()
-        self.results.put(("metrics", self.key, (int(step), values)))
+        self.conn.send(("metrics", self.key, (int(step), values)))
 
 
 def _die_with_parent() -> None:
@@ -52,8 +58,7 @@ def _die_with_parent() -> None:
 
 def _worker_main(
     name: str,
-    tasks: Any,
-    results: Any,
+    conn: Connection,
     warm_imports: tuple[str, ...],
     cancelled: Any,
     job: str = JOB,
@@ -71,14 +76,16 @@ def _worker_main(
         importlib.import_module(module)
     while True:
         try:
-            config = tasks.get(timeout=5)
-        except queue.Empty:
-            if os.getppid() != driver:  # the driver is gone (where the kernel could not tell us)
-                return
-            continue
+            if not conn.poll(5):
+                if os.getppid() != driver:  # the driver is gone (where the kernel could not tell us)
+                    return
+                continue
+            config = conn.recv()
+        except (EOFError, OSError):  # the driver closed its end: it is gone or done with us
+            return
         if config is None:
             return
-        results.put(
+        conn.send(
             (
                 "started",
                 config.key,
@@ -91,13 +98,13 @@ def _worker_main(
             )
         )
         try:
-            result = run(config, _QueueReporter(results, config.key, cancelled))
+            result = run(config, _PipeReporter(conn, config.key, cancelled))
         except Cancelled:
-            results.put(("cancelled", config.key, {}))
+            conn.send(("cancelled", config.key, {}))
         except BaseException as exc:  # a trial may raise anything; the sweep goes on
-            results.put(("failed", config.key, failure(exc, traceback.format_exc())))
+            conn.send(("failed", config.key, failure(exc, traceback.format_exc())))
         else:
-            results.put(("finished", config.key, result.to_dict()))
+            conn.send(("finished", config.key, result.to_dict()))
 
 
 def gpu_slots(gpus: list[int], jobs_per_gpu: int) -> list[str]:
@@ -131,7 +138,6 @@ class LocalBackend(Backend):
         self._gpus = gpus
         self.capacity = min(workers, len(gpus)) if gpus else workers
         self._ctx = mp.get_context("spawn")
-        self._results = self._ctx.Queue()
         self._workers: list[dict[str, Any]] = []
         self._serial = 0
         self._warm = tuple(warm_imports)
@@ -142,15 +148,14 @@ class LocalBackend(Backend):
     def _spawn(self, slot: int) -> dict[str, Any]:
         self._serial += 1
         name = f"local-{self._serial}"
-        tasks = self._ctx.Queue()
+        conn, theirs = self._ctx.Pipe(duplex=True)
         cancelled = self._ctx.Array("q", [-1, -1], lock=False)  # the (trial, seed) the driver cancelled
         gpu = self._gpus[slot] if self._gpus else None
         proc = self._ctx.Process(
             target=_worker_main,
             args=(
                 name,
-                tasks,
-                self._results,
+                theirs,
                 self._warm,
                 cancelled,
                 self._job,
@@ -160,10 +165,11 @@ class LocalBackend(Backend):
             daemon=True,
         )
         proc.start()
+        theirs.close()  # the worker's end lives in the worker alone: its death reads as end of file here
         return {
             "name": name,
             "proc": proc,
-            "tasks": tasks,
+            "conn": conn,
             "job": None,
             "cancelled": cancelled,
             "reason": "",
@@ -175,7 +181,10 @@ class LocalBackend(Backend):
         if idle is None:
             raise RuntimeError("no idle worker: the driver submitted beyond capacity")
         idle["job"] = config.key
-        idle["tasks"].put(config)
+        try:
+            idle["conn"].send(config)
+        except OSError:  # its worker died while idle: poll() reports the job as WORKER_DIED
+            pass
 
     def cancel(self, keys: list[tuple[int, int]], reason: str) -> None:
         """The worker holding each job stops it at its next metrics dump (every update)."""
@@ -195,26 +204,36 @@ class LocalBackend(Backend):
                 reason = f"worker process {worker['name']} died (exit code {code}"
                 reason += f", signal {-code})" if code is not None and code < 0 else ")"
                 events.append(Event(worker["job"], Failure(WORKER_DIED, reason)))
+                worker["conn"].close()
                 self._workers[i] = self._spawn(worker["slot"])
         return events
 
     def _drain(self, timeout: float) -> list[Event]:
+        """Every message the workers have sent, waiting up to ``timeout`` seconds for the first."""
         events: list[Event] = []
-        try:
-            message = self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
-            while True:
-                kind, key, payload = message
-                if kind in ("finished", "failed", "cancelled"):
-                    for worker in self._workers:
-                        if worker["job"] == tuple(key):
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            open_conns = [w["conn"] for w in self._workers if not w["conn"].closed]
+            left = deadline - time.monotonic()
+            if open_conns:
+                ready = wait(open_conns, timeout=max(left, 0))
+            else:  # every worker is dead and read to its end: nothing can come
+                time.sleep(max(left, 0))
+                ready = []
+            for worker in [w for w in self._workers if w["conn"] in ready]:
+                conn: Connection = worker["conn"]
+                try:
+                    while conn.poll():
+                        kind, key, payload = conn.recv()
+                        if kind in ("finished", "failed", "cancelled") and worker["job"] == tuple(key):
                             worker["job"] = None
                             if kind == "cancelled":
                                 payload = {"reason": worker["reason"]}
-                events.append(from_wire(kind, key, payload))
-                message = self._results.get_nowait()
-        except queue.Empty:
-            pass
-        return events
+                        events.append(from_wire(kind, key, payload))
+                except (EOFError, OSError):  # it died; poll() reports its job once the process is gone
+                    conn.close()
+            if events or time.monotonic() >= deadline:
+                return events
 
     def close(self) -> None:
         """Stop every worker now. Idle workers hold nothing; a busy one's job is abandoned."""
@@ -223,4 +242,5 @@ class LocalBackend(Backend):
                 worker["proc"].kill()
         for worker in self._workers:
             worker["proc"].join(timeout=5)
+            worker["conn"].close()
         self._workers = []

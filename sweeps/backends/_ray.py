@@ -166,18 +166,31 @@ def _error_text(trial: Any) -> str:
 
 # --- worker side --------------------------------------------------------------------------------
 class _TuneReporter:
-    """Collects a job's events and reports them to Tune in batches (see REPORT_EVERY)."""
+    """Collects a job's events and reports them to Tune in batches (see REPORT_EVERY).
+
+    When Tune stops the job (a cancelled seed, the sweep closing), the ``tune.report`` it is
+    blocked in raises ``SystemExit`` to end the job's thread. Every later report is dropped: the
+    trial's clean-up (the last metric flush, in a ``finally``) would otherwise report again and
+    wait for ever for a Tune loop that no longer reads this trial, and the actor, kept for the
+    next job, would never be free."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[str, Any]] = []
         self.last = time.monotonic()
+        self.stopped = False
 
     def send(self, kind: str, payload: Any, now: bool = False) -> None:
+        if self.stopped:
+            return
         self.pending.append((kind, payload))
         if now or time.monotonic() - self.last >= REPORT_EVERY:
             batch, self.pending = self.pending, []
             self.last = time.monotonic()
-            tune.report({"rlsweep": batch})
+            try:
+                tune.report({"rlsweep": batch})
+            except SystemExit:
+                self.stopped = True
+                raise
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.send("metrics", (int(step), values))
@@ -271,10 +284,7 @@ class RayBackend(Backend):
     name = "ray"
 
     def __init__(self, settings: RaySettings, limit: int | None = None) -> None:
-        """``limit``: the most jobs at once, on top of what the cluster's resources allow. (Each
-        job runs in a fresh Tune actor, which imports torch and SB3 with it: a few seconds per
-        seed job. Warm-up trials were tried and measured no faster: the actor's own start, ~3.7 s,
-        dominates.)"""
+        """``limit``: the most jobs at once, on top of what the cluster's resources allow."""
         self.settings = settings
         self._started_ray = False
         self._channel: _Channel | None = None
@@ -394,10 +404,9 @@ class RayBackend(Backend):
             tune_config=tune.TuneConfig(
                 search_alg=Feed(self._id),
                 num_samples=-1,
-                # a fresh actor per job: an actor whose job Tune stopped mid-training (a pruned or
-                # doomed trial's) was held for reuse while its job's thread never ended, and the
-                # next job waited PENDING for it forever (seen with one worker)
-                reuse_actors=False,
+                # an actor runs job after job, so torch and SB3 are imported once per actor, not
+                # per job; a stopped job's thread ends (see _TuneReporter) so its actor is free
+                reuse_actors=True,
                 # the driver submits no more than ``capacity`` jobs, which follows the nodes that
                 # come and go; Tune is held only by the fixed bounds
                 max_concurrent_trials=min((b for b in (s.max_concurrent, self._limit) if b), default=None),

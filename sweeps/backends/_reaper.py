@@ -64,6 +64,22 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
+def stop_resource_tracker() -> None:
+    """End multiprocessing's resource tracker, if this process started one, and wait until it has.
+    Spawning a worker starts it; left alone it ends only once this process has exited, so for a
+    moment it would be an orphan of whoever ran the driver. Any later spawn starts a new one."""
+    if "multiprocessing.resource_tracker" not in sys.modules:
+        return
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)  # private; a Python without it
+    if stop is not None:  # ends the tracker at this process's exit, as it always did
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass
+
+
 class Reaper:
     """Watches over the processes below this one; see the module docstring. Linux only: elsewhere
     it does nothing."""

@@ -16,7 +16,12 @@
    Written to ``results/benchmarks/scale.json`` and ``scale.md``.
 
     python tests/bench/driver_scale.py [--seconds 40] [--n 16,64,256,1024] [--stores sqlite,server]
-                                       [--bounds on,off]
+                                       [--bounds on,off] [--optuna sole,sole-journal,cached]
+
+``--optuna cached`` opens the study with Optuna's own storage (what rlsweep used before its
+sole-writer storage, see ``sweeps.study.sole_writer_storage``); ``sole-journal`` is the sole-writer
+storage with SQLite's default rollback journal (what a study on a network filesystem gets) instead
+of the write-ahead log ``rlsweep run`` uses on a local one: side-by-side comparisons.
 """
 
 from __future__ import annotations
@@ -216,10 +221,11 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def replay_one(n: int, uri: str, seconds: float, folder: Path, profile: bool) -> None:
+def replay_one(n: int, uri: str, seconds: float, folder: Path, profile: bool, optuna_cache: str = "sole") -> None:
     """One replay in this process: N concurrent seeds for ``seconds``; prints its figures (JSON)."""
     import optuna
 
+    from sweeps import study as st
     from sweeps.driver import Driver
     from sweeps.spec import from_dict
 
@@ -227,9 +233,11 @@ def replay_one(n: int, uri: str, seconds: float, folder: Path, profile: bool) ->
     stream = json.loads(EVENTS.read_text())
     Replay, TimedTracker = _replay_classes()
     spec = from_dict(SPEC | {"tracking": {"mlflow_uri": uri}})
-    study = optuna.create_study(
-        study_name="scale", storage=f"sqlite:///{folder / 'optuna.db'}", direction="maximize", load_if_exists=True
-    )
+    url = f"sqlite:///{folder / 'optuna.db'}"
+    if optuna_cache == "sole-journal":  # as if on a network filesystem: no write-ahead log
+        st.filesystem_type = lambda path: None  # type: ignore[assignment]
+    storage = url if optuna_cache == "cached" else st.sole_writer_storage(url)  # "sole": as rlsweep run opens it
+    study = optuna.create_study(study_name="scale", storage=storage, direction="maximize", load_if_exists=True)
     tracker = TimedTracker(uri, "scale", "scale", folder / "artifacts")
     backend = Replay(stream, n, seconds)
     driver = Driver(spec, backend, tracker, study)
@@ -287,7 +295,9 @@ def _profile_lines(text: str) -> list[str]:
 
 
 # --- one row --------------------------------------------------------------------------------------
-def _measure(n: int, store: str, seconds: float, profile: bool, bound: str = "on") -> dict[str, Any]:
+def _measure(
+    n: int, store: str, seconds: float, profile: bool, bound: str = "on", optuna_cache: str = "sole"
+) -> dict[str, Any]:
     from tests.helpers import free_port, serve_mlflow, stop_server
 
     folder = Path(tempfile.mkdtemp(prefix="rlsweep-scale-"))
@@ -301,10 +311,11 @@ def _measure(n: int, store: str, seconds: float, profile: bool, bound: str = "on
         command = [sys.executable, __file__, "--one", str(n), "--uri", uri, "--seconds", str(seconds)]
         command += ["--folder", str(folder)] + (["--profile"] if profile else [])
         command += ["--no-bound"] if bound == "off" else []
+        command += ["--optuna-one", optuna_cache]
         done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
         if done.returncode != 0:
             raise RuntimeError(done.stderr[-3000:])
-        return json.loads(done.stdout.strip().splitlines()[-1]) | {"bound": bound}
+        return json.loads(done.stdout.strip().splitlines()[-1]) | {"bound": bound, "optuna": optuna_cache}
     finally:
         if server is not None:
             stop_server(server)
@@ -323,16 +334,20 @@ def _markdown(stream: dict[str, Any], rows: list[dict[str, Any]], seconds: float
         "(metrics are batched per run and flushed every 10 s, so about 5 s is the design's own latency).",
         "",
         "Bound: the tracker's bound on metric points held for MLflow (past it, held curves are thinned); "
-        "`off` replays the same N without it, side by side.",
+        "`off` replays the same N without it, side by side. Optuna: `sole` is the study's storage as "
+        "`rlsweep run` opens it (trials read once, then only those written since; on a local filesystem, "
+        "commits to SQLite's write-ahead log); `sole-journal` the same with SQLite's default rollback journal "
+        "(as on a network filesystem); `cached` is Optuna's own, which reads every unfinished trial again at "
+        "each read, with the default journal.",
         "",
-        "| N | store | bound | driver cores | CPU ms / seed-s | events | lag p50 / p95 / max (s) "
+        "| N | store | bound | Optuna | driver cores | CPU ms / seed-s | events | lag p50 / p95 / max (s) "
         "| write latency p50 / p95 (s) | seeds done / with no driver cost | runs thinned | peak RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lag, lat = r["event_lag_s"], r["metric_write_latency_s"]
         lines.append(
-            f"| {r['n']} | {r['store']} | {r.get('bound', 'on')} | {r['driver_cores']} | "
+            f"| {r['n']} | {r['store']} | {r.get('bound', 'on')} | {r.get('optuna', 'cached')} | {r['driver_cores']} | "
             f"{r['cpu_ms_per_seed_second']} | {r['events']} "
             f"| {lag['p50']} / {lag['p95']} / {lag['max']} | {lat['p50']} / {lat['p95']} "
             f"| {r['seeds_finished']} / {r['seeds_finished_with_no_driver_cost']} | {r.get('runs_thinned', '-')} "
@@ -355,6 +370,10 @@ def main() -> None:
     parser.add_argument("--uri", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--bounds", default="on", help="on, off or on,off: with and without the held-point bound")
+    parser.add_argument(
+        "--optuna", default="sole", help="sole, sole-journal, cached, or a comma-separated list: the study's storage"
+    )
+    parser.add_argument("--optuna-one", default="sole", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-bound", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -363,22 +382,25 @@ def main() -> None:
             from sweeps import tracking
 
             tracking._MAX_HELD = sys.maxsize
-        replay_one(args.one, args.uri, args.seconds, Path(args.folder), args.profile)
+        replay_one(args.one, args.uri, args.seconds, Path(args.folder), args.profile, args.optuna_one)
         return
     stream = json.loads(EVENTS.read_text()) if EVENTS.is_file() and not args.rerecord else record()
     sizes = [int(x) for x in args.n.split(",")]
     rows = []
     for store in args.stores.split(","):
         for n in sizes:
-            for bound in args.bounds.split(","):
-                print(f"replaying N={n} on {store}, bound {bound} ...", file=sys.stderr, flush=True)
-                # cProfile slows the driver: only a run of one bound profiles (a comparison stays fair)
-                profile = n == max(sizes) and args.bounds == "on"
-                rows.append(_measure(n, store, args.seconds, profile, bound))
+            for bound, cache in itertools.product(args.bounds.split(","), args.optuna.split(",")):
+                print(f"replaying N={n} on {store}, bound {bound}, Optuna {cache} ...", file=sys.stderr, flush=True)
+                # cProfile slows the driver: only a run with no side-by-side comparison profiles
+                profile = n == max(sizes) and args.bounds == "on" and args.optuna == "sole"
+                rows.append(_measure(n, store, args.seconds, profile, bound, cache))
             (OUT / "scale.json").write_text(json.dumps(rows, indent=2))  # each row as it comes
             (OUT / "scale.md").write_text(_markdown(stream, rows, args.seconds))
     summary = {
-        f"{r['store']}_{r['n']}_{r['bound']}": {"cores": r["driver_cores"], "lag_p95": r["event_lag_s"]["p95"]}
+        f"{r['store']}_{r['n']}_{r['bound']}_{r['optuna']}": {
+            "cores": r["driver_cores"],
+            "lag_p95": r["event_lag_s"]["p95"],
+        }
         for r in rows
     }
     print(json.dumps(summary))

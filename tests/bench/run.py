@@ -27,18 +27,35 @@ SPEC = REPO / "tests" / "bench" / "overhead.yaml"
 
 
 CPU_SECONDS: list[float] = []  # CPU time (user + sys) of each timed command and its children
+PEAK_MIB: list[float] = []  # the largest peak RSS of any one process of each timed command
+
+# Runs a command and prints, last on stderr, the largest peak RSS (KiB on Linux) among all the
+# processes under it that were waited for: the driver, its workers, the plain loop. A wrapper of its
+# own per command, since a process's own RUSAGE_CHILDREN maximum only ever grows.
+_PEAK = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+)
 
 
 def _timed(command: list[str], cwd: Path) -> float:
-    """Wall seconds of ``command``; its CPU seconds are appended to ``CPU_SECONDS``."""
+    """Wall seconds of ``command``; its CPU seconds are appended to ``CPU_SECONDS``, its largest
+    process's peak RSS to ``PEAK_MIB``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+    result = subprocess.run(
+        [sys.executable, "-c", _PEAK, *command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU_SECONDS.append(round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 2))
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    PEAK_MIB.append(round(int(result.stderr.strip().splitlines()[-1]) / 1024, 1))
     return round(seconds, 2)
 
 
@@ -62,12 +79,14 @@ def _plain_loop() -> float:
 def bench_overhead(repeat: int) -> dict:
     """(a) 6 configs x 20k steps as a plain loop of SB3 calls; (b) the same through `rlsweep run
     --workers 1`, stores created from scratch. Both are whole commands, imports included."""
-    plain, swept, plain_cpu, swept_cpu = [], [], [], []
+    plain, swept, plain_cpu, swept_cpu, plain_mib, swept_mib = [], [], [], [], [], []
     for _ in range(repeat):
         plain.append(_plain_loop())
         plain_cpu.append(CPU_SECONDS[-1])
+        plain_mib.append(PEAK_MIB[-1])
         swept.append(_rlsweep_run(1))
         swept_cpu.append(CPU_SECONDS[-1])
+        swept_mib.append(PEAK_MIB[-1])
     ratio = statistics.median(swept) / statistics.median(plain)
     cpu_ratio = statistics.median(swept_cpu) / statistics.median(plain_cpu)
     return {
@@ -77,7 +96,10 @@ def bench_overhead(repeat: int) -> dict:
         "plain_loop_cpu_s": plain_cpu,
         "rlsweep_1_worker_cpu_s": swept_cpu,
         "cpu_ratio_b_over_a": round(cpu_ratio, 4),
-        "target": "<= 1.05",
+        "plain_loop_peak_mib": plain_mib,
+        "rlsweep_1_worker_largest_process_peak_mib": swept_mib,
+        "memory_ratio_b_over_a": round(statistics.median(swept_mib) / statistics.median(plain_mib), 4),
+        "target": "<= 1.05 (memory: <= 1.10)",
     }
 
 
@@ -209,6 +231,12 @@ def main() -> None:
             f"plain SB3 loop = **{o['ratio_b_over_a']}** wall (target {o['target']}), "
             f"{o['cpu_ratio_b_over_a']} CPU time; plain {o['plain_loop_s']} s, rlsweep {o['rlsweep_1_worker_s']} s"
         )
+        if "memory_ratio_b_over_a" in o:
+            lines.append(
+                f"- Peak memory, the same runs: rlsweep's largest process / the plain loop = "
+                f"**{o['memory_ratio_b_over_a']}** (target <= 1.10); plain {o['plain_loop_peak_mib']} MiB, "
+                f"rlsweep {o['rlsweep_1_worker_largest_process_peak_mib']} MiB"
+            )
     if "scaling" in figures:
         s = figures["scaling"]
         lines.append(
