@@ -29,6 +29,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "grad_ratio": 1000.0,
         "value_loss_ratio": 1.0e4,
         "update_ratio_max": 0.3,
+        "update_ratio_min_kl": 1.0,
         "kl_max": 10.0,
         "min_hits": 3,
         "deterministic_entropy_fraction": 0.2,

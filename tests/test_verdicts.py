@@ -197,25 +197,40 @@ def test_plain_log_of_a_policy_saturated_from_the_start_is_read_against_ln2():
 
 
 @pytest.mark.parametrize(
-    "signal, spikes",
+    "series",
     [
-        ("approx_kl", [5e-3] * 10 + [20.0, 1e-6, 30.0, 1e-6, 15.0] * 6),
+        {"approx_kl": [5e-3] * 10 + [20.0, 1e-6, 30.0, 1e-6, 15.0] * 6},
         # the logits grow with each step that sharpens an already collapsed policy: a consequence
-        ("update_ratio", [0.03] * 10 + [1.5, 0.03] * 15),
+        # (with a KL of 2 nats at each, which counts the weight move as a policy move)
+        {"update_ratio": [0.03] * 10 + [1.5, 0.03] * 15, "approx_kl": [5e-3] * 10 + [2.0, 5e-3] * 15},
     ],
+    ids=["approx_kl", "update_ratio"],
 )
-def test_spikes_of_a_near_deterministic_policy_are_not_exploding_updates(signal, spikes):
+def test_spikes_of_a_near_deterministic_policy_are_not_exploding_updates(series):
     n = 40
     entropy = [0.69] * 5 + [1e-3] * (n - 5)
-    h = ppo_history(n, entropy=entropy, **{signal: spikes}, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
+    h = ppo_history(n, entropy=entropy, **series, ep_return=[9.4 + 0.1 * (i % 3) for i in range(n)])
     h.context.update(continuous=False, entropy_max=math.log(2))
     verdict = judge(h)
     assert "exploding_updates" not in {f.kind for f in verdict.findings}
     assert verdict.verdict == "entropy_collapse"
     # the same spikes while the policy still explores are exploding updates
-    h = ppo_history(n, **{signal: spikes})
+    h = ppo_history(n, **series)
     h.context.update(continuous=False, entropy_max=math.log(2))
     assert judge(h).verdict == "exploding_updates"
+
+
+def test_a_large_weight_move_counts_in_a_ppo_run_only_when_the_policy_moved_with_it():
+    """RecurrentPPO at lr 0.01 moves its weights by over half their norm in an update while the
+    clipped objective keeps approx_kl near 0.01: such runs learned. Without a KL (A2C) the weight
+    move is all there is to go by, and the same moves are exploding updates."""
+    n = 40
+    moves = [0.03] * 10 + [0.6, 0.03] * 15
+    calm = ppo_history(n, update_ratio=moves, approx_kl=[5e-3] * 10 + [0.1, 5e-3] * 15)
+    assert "exploding_updates" not in {f.kind for f in judge(calm).findings}
+    wild = ppo_history(n, update_ratio=moves, approx_kl=[5e-3] * 10 + [1.5, 5e-3] * 15)
+    assert judge(wild).verdict == "exploding_updates"
+    assert judge(_without_kl(ppo_history(n, update_ratio=moves))).verdict == "exploding_updates"
 
 
 def test_a_plain_ppo_log_whose_critic_never_explained_anything_is_stuck_at_the_end_only():
@@ -327,17 +342,25 @@ def test_an_a2c_policy_held_at_its_first_entropy_is_dead():
 
 def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_updates():
     n = 40
-    # KL, gradients and value loss all quiet: only the weights' own movement shows it
+    # an A2C-style log (no KL), gradients and value loss quiet: only the weights' own movement shows it
     steady = [0.03] * n
-    assert judge(ppo_history(n, update_ratio=steady)).verdict == "healthy"
+    assert judge(_without_kl(ppo_history(n, update_ratio=steady))).verdict == "healthy"
     blown = [0.03] * 30 + [1.5, 0.03] * 5
-    verdict = judge(ppo_history(n, update_ratio=blown))
+    verdict = judge(_without_kl(ppo_history(n, update_ratio=blown)))
     assert verdict.verdict == "exploding_updates"
     assert "update_ratio" in verdict.findings[0].summary
     # two such updates are a warning, not a verdict
     twice = [0.03] * 36 + [1.5, 0.03, 1.5, 0.03]
-    finding = next(f for f in judge(ppo_history(n, update_ratio=twice)).findings if f.kind == "exploding_updates")
+    finding = next(
+        f for f in judge(_without_kl(ppo_history(n, update_ratio=twice))).findings if f.kind == "exploding_updates"
+    )
     assert not finding.certain
+
+
+def _without_kl(h):
+    """The history as an A2C-style run logs it: no approx_kl, no clip_fraction."""
+    del h.series["approx_kl"], h.series["clip_fraction"]
+    return h
 
 
 @pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])

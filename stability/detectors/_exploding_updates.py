@@ -5,6 +5,9 @@ pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_lo
 times it, an update that moved the weights by more than ``update_ratio_max`` of their own norm
 (the callback's ``update_ratio``; absent from plain logs), or an approx_kl above ``kl_max`` (the
 new policy barely resembles the old one) count as hits; ``min_hits`` of them make it certain.
+In PPO-style runs (approx_kl logged) an update_ratio hit counts only where that update's
+approx_kl reached ``update_ratio_min_kl``: the clipped objective bounds the policy's move, not
+the weights', and a large weight move under a small KL is not an explosion.
 An approx_kl or update_ratio hit at an update where the policy was already near-deterministic
 does not count: between two near-deterministic policies (saturated logits, a Gaussian std near
 0) a small move is a huge KL, the logits grow with every step that sharpens them further, and
@@ -64,6 +67,8 @@ class ExplodingUpdates(Detector):
                     t["deterministic_entropy_drop"],
                 )
             keep = np.array([int(i) not in collapsed for i in indices]) & big
+            if name == "update_ratio" and history.has("approx_kl"):
+                keep &= _policy_moved(history, indices, t["update_ratio_min_kl"])
             if (big & ~keep).any():
                 evidence[f"{name}_hits_near_deterministic"] = int((big & ~keep).sum())
             if keep.any():
@@ -93,6 +98,18 @@ class ExplodingUpdates(Detector):
             certain=certain,
             patches=patches,
         )
+
+
+def _policy_moved(history: History, indices: np.ndarray, min_kl: float) -> np.ndarray:
+    """Whether each update's approx_kl reached ``min_kl`` (True where it was not logged).
+
+    A PPO-style update is clipped in what it does to the policy's outputs, not to its weights: an
+    LSTM or a small-init layer can move by most of its own norm in one update while the policy it
+    computes moves by a hundredth of a nat. Such a move is the weights' parametrisation settling,
+    and the runs that did it learned; a weight move that comes with a policy move of a nat or more
+    is an update out of control."""
+    kl = dict(zip(*history.arrays("approx_kl"), strict=True))
+    return np.array([not (kl.get(int(i), math.inf) < min_kl) for i in indices], dtype=bool)
 
 
 def _causes(history: History) -> list[str]:
