@@ -399,6 +399,24 @@ def test_a_short_run_whose_policy_never_moved_is_dead_once_it_has_ended():
     assert judge(h.prefix(3)).verdict == "healthy"  # three updates are too few even then
 
 
+@pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])
+def test_few_return_records_that_span_enough_long_episodes_are_a_constant_reward(callback):
+    """MountainCar paid 0 on every step: 12 rollouts of 1024 steps, whose 999-step episodes first
+    end after ~4000 steps, log 9 returns over 12 episodes. The episodes count, not the records."""
+    n, every = 12, 1024
+    h = History(total_steps=n * every)
+    for i in range(n):
+        values = {"entropy": 1.4, "value_loss": 1e-3, "explained_variance": 0.0, "approx_kl": 1e-3, "pg_loss": 0.0}
+        if i >= 3:
+            values |= {"ep_return": 0.0, "ep_length": 999.0}
+        if callback:
+            values |= {"reward_std": 0.0, "reward_mean": 0.0}
+        h.add((i + 1) * every, values)
+    assert judge(h).verdict == "degenerate_reward"
+    # eight rollouts are 8 episodes at most: too few to call the reward constant
+    assert "degenerate_reward" not in {f.kind for f in judge(h.prefix(8)).findings}
+
+
 def _plain_long_episodes(returns: list[float], every: int = 200) -> History:
     """A plain SB3 log of a run whose 999-step episodes end in waves: ``ep_return`` is the
     logger's running mean, re-logged at every update whether or not an episode ended."""

@@ -31,9 +31,9 @@ class DegenerateReward(Detector):
         if flat is None or len(history) - flat < t["min_updates"]:
             return None
         returns = history.values("ep_return", last=len(history) - flat)
-        if len(returns) < t["min_updates"] or max(returns) - min(returns) > eps * max(1.0, abs(returns[0])):
+        if not _enough_episodes(history, returns, history.step_of(flat) if flat else 0, t):
             return None
-        if _too_few_episodes(history, history.step_of(flat) if flat else 0, t):
+        if max(returns) - min(returns) > eps * max(1.0, abs(returns[0])):
             return None
         value = history.values("reward_mean")[-1] if history.has("reward_mean") else float("nan")
         # Constant from the first rollout on: the env pays no signal (a cause). Constant only since
@@ -64,11 +64,9 @@ class DegenerateReward(Detector):
         policy also froze: a policy that never saw a return change had nothing to learn from, and
         the two paths name the same cause for the same run."""
         returns = history.values("ep_return")
-        if len(returns) < t["min_updates"]:
+        if not _enough_episodes(history, returns, 0, t):
             return None
         if max(returns) - min(returns) > t["spread_eps"] * max(1.0, abs(returns[0])):
-            return None
-        if _too_few_episodes(history, 0, t):
             return None
         return Finding(
             self.name,
@@ -80,6 +78,17 @@ class DegenerateReward(Detector):
                 "give the agent a reward it can change (shaping), or a start state that can reach it",
             ],
         )
+
+
+def _enough_episodes(history: History, returns: list[float], start_step: int, t: dict[str, Any]) -> bool:
+    """Whether the stretch from env step ``start_step`` holds enough episodes to call their
+    returns constant: ``min_episodes`` of them when episode lengths are logged (two return records
+    at least, to compare), else ``min_updates`` return records. A log record is not an episode in
+    either direction: MountainCar's first 999-step episodes end after ~4000 env steps (4 envs), so
+    a 12k-step run of 1024-step rollouts logs 9 returns that span 12 episodes."""
+    if any(v > 0 for v in history.values("ep_length")):
+        return len(returns) >= 2 and not _too_few_episodes(history, start_step, t)
+    return len(returns) >= t["min_updates"]
 
 
 def _too_few_episodes(history: History, start_step: int, t: dict[str, Any]) -> bool:
