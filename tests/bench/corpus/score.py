@@ -47,8 +47,8 @@ SPLITS = {
     "fresh7": ("fresh7",),
     "fresh8": ("fresh8",),
     # every split no detector change was made with in view: the held-out figure, on the most runs
-    "unseen": ("fresh6", "fresh7"),
-    "seen": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"),
+    "unseen": ("fresh8",),
+    "seen": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7"),
     "all": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8"),
 }
 UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
