@@ -67,10 +67,13 @@ class ExplodingUpdates(Detector):
                     t["deterministic_entropy_drop"],
                 )
             keep = np.array([int(i) not in collapsed for i in indices]) & big
-            if name == "update_ratio" and history.has("approx_kl"):
-                keep &= _policy_moved(history, indices, t["update_ratio_min_kl"])
             if (big & ~keep).any():
                 evidence[f"{name}_hits_near_deterministic"] = int((big & ~keep).sum())
+            if name == "update_ratio" and history.has("approx_kl"):
+                moved = _policy_moved(history, indices, t["update_ratio_min_kl"])
+                if (keep & ~moved).any():
+                    evidence["update_ratio_hits_small_kl"] = int((keep & ~moved).sum())
+                keep &= moved
             if keep.any():
                 hits.extend((int(i), name) for i in indices[keep])
                 evidence[f"{name}_max"] = float(values[keep].max())
