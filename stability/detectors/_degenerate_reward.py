@@ -83,26 +83,18 @@ class DegenerateReward(Detector):
 def _enough_episodes(history: History, returns: list[float], start_step: int, t: dict[str, Any]) -> bool:
     """Whether the stretch from env step ``start_step`` holds enough episodes to call their
     returns constant: ``min_episodes`` of them when episode lengths are logged (two return records
-    at least, to compare), else ``min_updates`` return records. A log record is not an episode in
-    either direction: MountainCar's first 999-step episodes end after ~4000 env steps (4 envs), so
-    a 12k-step run of 1024-step rollouts logs 9 returns that span 12 episodes."""
-    if any(v > 0 for v in history.values("ep_length")):
-        return len(returns) >= 2 and not _too_few_episodes(history, start_step, t)
-    return len(returns) >= t["min_updates"]
+    at least, to compare), else ``min_updates`` return records.
 
-
-def _too_few_episodes(history: History, start_step: int, t: dict[str, Any]) -> bool:
-    """Whether fewer than ``min_episodes`` episodes ended between env step ``start_step`` and
-    the last update.
-
-    The logged return is a running mean over recent episodes, logged at every update whether or
-    not an episode ended, so its records are not episodes: MountainCar's 999-step episodes end in
-    waves ~4000 env steps apart (4 envs), and ten records of one wave's mean are one wave, not ten
-    returns. The episodes a stretch holds are its env steps over the mean episode length (steps of
-    all envs count); a stretch from the run's start counts from step 0, as the first logged mean
-    already holds the episodes that ended before it. Without episode lengths the records are all
-    there is to go by (False)."""
+    A log record is not an episode in either direction. The logged return is a running mean over
+    recent episodes, logged at every update whether or not an episode ended: MountainCar's
+    999-step episodes end in waves ~4000 env steps apart (4 envs), so ten records of one wave's
+    mean are one wave, not ten returns, and a 12k-step run of 1024-step rollouts logs 9 returns
+    that span 12 episodes. The episodes a stretch holds are its env steps over the mean episode
+    length (steps of all envs count); a stretch from the run's start counts from step 0, as the
+    first logged mean already holds the episodes that ended before it. Without episode lengths
+    the records are all there is to go by."""
     lengths = [v for v in history.values("ep_length") if v > 0]
     if not lengths:
-        return False
-    return (history.last_step - start_step) / (sum(lengths) / len(lengths)) < t["min_episodes"]
+        return len(returns) >= t["min_updates"]
+    episodes = (history.last_step - start_step) / (sum(lengths) / len(lengths))
+    return len(returns) >= 2 and episodes >= t["min_episodes"]
