@@ -165,9 +165,12 @@ def test_close_is_idempotent_and_abandons_a_running_job(kind: str) -> None:
         assert pid not in descendants()
 
 
-def test_a_local_worker_that_dies_idle_is_reported_on_its_next_job_and_poll_still_waits() -> None:
+@pytest.mark.parametrize("reaped_here", [False, True], ids=["by_multiprocessing", "by_another_waitpid"])
+def test_a_local_worker_that_dies_idle_is_reported_on_its_next_job_and_poll_still_waits(reaped_here) -> None:
     """A worker killed between jobs: polling waits its timeout as before (its closed pipe is not read
-    over and over), the next job given to it is WORKER_DIED, and the replacement runs the one after."""
+    over and over), the next job given to it is WORKER_DIED, and the replacement runs the one after.
+    Also when something else in the driver's process reaped the worker (a waitpid(-1), as
+    ``tests.helpers.descendants`` does): multiprocessing then never sees it exit, its pipe does."""
     import os
     import signal
 
@@ -180,6 +183,8 @@ def test_a_local_worker_that_dies_idle_is_reported_on_its_next_job_and_poll_stil
         events = _until_ended(be, {first.key})[first.key]
         pid = next(e.payload.pid for e in events if e.kind == "started")
         os.kill(pid, signal.SIGKILL)
+        if reaped_here:
+            os.waitpid(pid, 0)
         deadline = time.monotonic() + 10
         while pid in descendants() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -196,10 +196,15 @@ class LocalBackend(Backend):
     def poll(self, timeout: float) -> list[Event]:
         events = self._drain(timeout)
         for i, worker in enumerate(self._workers):
-            if worker["job"] is not None and not worker["proc"].is_alive():
+            # A closed pipe means the worker has exited (its end lives in it alone, and _drain closes
+            # ours at end of file, after every message it sent): enough on its own, since the process
+            # may read as alive for good if something else in this process reaped it (waitpid(-1)).
+            gone = worker["conn"].closed or not worker["proc"].is_alive()
+            if worker["job"] is not None and gone:
                 events += self._drain(0)  # messages it sent before dying come first
                 if worker["job"] is None:
                     continue
+                worker["proc"].join(timeout=1)  # for its exit code, where it is still ours to read
                 code = worker["proc"].exitcode
                 reason = f"worker process {worker['name']} died (exit code {code}"
                 reason += f", signal {-code})" if code is not None and code < 0 else ")"
