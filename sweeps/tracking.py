@@ -322,17 +322,35 @@ class MlflowTracker:
 
 class BackgroundTracker:
     """An :class:`MlflowTracker` built in a thread (importing MLflow and creating a new store's
-    schema takes ~4 s); the first use waits for it. Errors surface at that first use."""
+    schema takes ~4 s); the first use waits for it. Errors surface at that first use.
 
-    def __init__(self, *args: Any) -> None:
-        from concurrent.futures import ThreadPoolExecutor
+    A tracking server that could not be reached while it was built (an outage as the sweep
+    starts) is not the end of the sweep: that use fails as any write to an absent server does,
+    the driver holds its writes, and the next use builds the tracker again. ``server`` is known
+    without building it, since the driver reads it to tell such a failure from a wrong write."""
 
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup")
-        self._future = self._pool.submit(_build_tracker, *args)
-        self._pool.shutdown(wait=False)
+    def __init__(self, uri: str, experiment: str, sweep: str, artifact_dir: Path) -> None:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        self.server = is_server(uri)
+        self._args = (uri, experiment, sweep, artifact_dir)
+        self._tracker: MlflowTracker | None = None
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup")
+        self._future: Future[MlflowTracker] | None = pool.submit(_build_tracker, *self._args)
+        pool.shutdown(wait=False)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._future.result(), name)
+        return getattr(self._built(), name)
+
+    def _built(self) -> MlflowTracker:
+        if self._tracker is None:
+            try:
+                self._tracker = self._future.result() if self._future else _build_tracker(*self._args)
+            except Exception as exc:
+                if self.server and unreachable(exc):
+                    self._future = None  # built again (in this thread) at the next use
+                raise
+        return self._tracker
 
 
 def _build_tracker(*args: Any) -> MlflowTracker:

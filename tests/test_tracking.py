@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,9 @@ class _Flaky:
         if type(self).calls <= fails:
             raise error(message)
         self.ready = True
+
+
+_ARGS = ("sqlite:///store.db", "experiment", "sweep", Path("artifacts"))
 
 
 @pytest.fixture(autouse=True)
@@ -87,29 +92,50 @@ def test_a_partially_initialised_mlflow_met_by_the_setup_thread_is_retried(monke
     monkeypatch.setattr(
         tracking,
         "MlflowTracker",
-        lambda: _Flaky(
+        lambda *args: _Flaky(
             2,
             "cannot import name '_get_store' from "
             "partially initialized module 'mlflow.tracking' (most likely due to a circular import)",
         ),
     )
     monkeypatch.setattr(tracking.time, "sleep", lambda s: None)
-    assert tracking.BackgroundTracker().ready and _Flaky.calls == 3
+    assert tracking.BackgroundTracker(*_ARGS).ready and _Flaky.calls == 3
 
 
 def test_a_half_imported_mlflow_met_as_an_attribute_error_is_retried_too(monkeypatch):
     # seen in CI while Ray was importing MLflow in the main thread
     message = "partially initialized module 'mlflow' has no attribute 'version' (most likely due to a circular import)"
-    monkeypatch.setattr(tracking, "MlflowTracker", lambda: _Flaky(1, message, AttributeError))
+    monkeypatch.setattr(tracking, "MlflowTracker", lambda *args: _Flaky(1, message, AttributeError))
     monkeypatch.setattr(tracking.time, "sleep", lambda s: None)
-    assert tracking.BackgroundTracker().ready and _Flaky.calls == 2
+    assert tracking.BackgroundTracker(*_ARGS).ready and _Flaky.calls == 2
 
 
 def test_other_import_errors_surface_at_first_use(monkeypatch):
-    monkeypatch.setattr(tracking, "MlflowTracker", lambda: _Flaky(9, "No module named 'mlflow'"))
+    monkeypatch.setattr(tracking, "MlflowTracker", lambda *args: _Flaky(9, "No module named 'mlflow'"))
     with pytest.raises(ImportError, match="No module named"):
-        _ = tracking.BackgroundTracker().ready
+        _ = tracking.BackgroundTracker(*_ARGS).ready
     assert _Flaky.calls == 1
+
+
+def test_a_server_out_of_reach_while_the_tracker_is_built_is_tried_again_at_the_next_use(monkeypatch):
+    """An outage as the sweep starts: the use that meets it fails as a write to an absent server
+    does (the driver holds it and tries again later), and the next use builds the tracker."""
+    refused = "API request to endpoint /api/2.0/mlflow/experiments/get-by-name failed: Connection refused"
+    monkeypatch.setattr(tracking, "MlflowTracker", lambda *args: _Flaky(1, refused, ConnectionError))
+    tracker = tracking.BackgroundTracker("http://127.0.0.1:5000", "experiment", "sweep", Path("artifacts"))
+    assert tracker.server  # known without the build: the driver reads it while handling the failure
+    with pytest.raises(ConnectionError):
+        _ = tracker.ready
+    assert tracker.ready and _Flaky.calls == 2
+
+
+def test_a_local_store_that_fails_while_built_is_not_tried_again(monkeypatch):
+    monkeypatch.setattr(tracking, "MlflowTracker", lambda *args: _Flaky(1, "Connection refused", ConnectionError))
+    tracker = tracking.BackgroundTracker(*_ARGS)
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            _ = tracker.ready
+    assert _Flaky.calls == 1 and not tracker.server
 
 
 # --- a real shared tracking server ---------------------------------------------------------------
@@ -186,13 +212,15 @@ _OUTAGE_TRIALS = 6  # of two seeds each, on two workers: several waves of traini
 
 @pytest.mark.slow
 def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tmp_path, write_spec, workdir):
-    """The server is stopped as soon as the sweep's first run is in it, for 12 s, then started again
-    on the same store: the driver trains and writes Optuna meanwhile, holds its MLflow writes and
-    retries them, and every run, metric point and artifact arrives exactly once.
+    """The server is stopped as soon as the sweep has asked Optuna for its first trial, for 12 s,
+    then started again on the same store: the driver trains and writes Optuna meanwhile, holds its
+    MLflow writes and retries them, and every run, metric point and artifact arrives exactly once.
 
-    The outage starts at the first run, not the first finished one: the driver puts training and
-    Optuna before MLflow, so on a slow machine every trial can be in Optuna before MLflow has a
-    finished run, and an outage then would have nothing left to train through."""
+    The outage is timed by Optuna, not MLflow. The driver puts training and Optuna first, and on a
+    fast machine with a slow MLflow every trial was in Optuna before MLflow had a run, so an outage
+    timed by the first run had nothing left to train through. A trial is asked before any of its
+    seeds trains, so none is done yet; whether the tracker was built before the outage or meets it
+    varies, and both must hold."""
     import optuna
 
     port = free_port()
@@ -201,19 +229,15 @@ def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tm
     log = (workdir / "run.log").open("w")
     command = [sys.executable, "-m", "sweeps", "run", "sweep.yaml", "--workers", "2"]
     sweep = subprocess.Popen(command, cwd=workdir, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
+    db = workdir / "results" / "outage" / "optuna.db"
     try:
-        client = MlflowClient(tracking_uri=uri)
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:  # until the first run is in
-            experiment = client.get_experiment_by_name("outage")
-            if experiment and client.search_runs([experiment.experiment_id], max_results=1):
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("no run reached the server before the outage")
+        while not _trials_asked(db):
+            assert time.monotonic() < deadline and sweep.poll() is None, (workdir / "run.log").read_text()[-3000:]
+            time.sleep(0.1)
         stop_server(server)
         stopped = time.monotonic()
-        storage = f"sqlite:///{workdir / 'results' / 'outage' / 'optuna.db'}"
+        storage = f"sqlite:///{db}"
         done_before = len(optuna.load_study(study_name="outage", storage=storage).get_trials(states=_DONE))
         assert done_before < _OUTAGE_TRIALS, "the sweep was over before the outage began"
         time.sleep(12)  # retried after 1, 2, 4 and 8 s meanwhile
@@ -227,6 +251,18 @@ def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tm
         if sweep.poll() is None:
             sweep.kill()
         stop_server(server)
+
+
+def _trials_asked(db: Path) -> int:
+    """How many trials the sweep has asked its study for (0 before the study exists), read without
+    creating or changing anything (loading an Optuna study would create the database)."""
+    if not db.exists():
+        return 0
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+            return connection.execute("SELECT count(*) FROM trials").fetchone()[0]
+    except sqlite3.OperationalError:  # its schema is still being created
+        return 0
 
 
 def _check_exactly_once(uri: str, output: str) -> None:
