@@ -50,7 +50,19 @@ SPLITS = {
     # every split no detector change was made with in view: the held-out figure, on the most runs
     "unseen": ("fresh8",),
     "seen": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7"),
-    "all": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "fresh9"),
+    "all": (
+        "calib",
+        "heldout",
+        "fresh",
+        "fresh2",
+        "fresh3",
+        "fresh4",
+        "fresh5",
+        "fresh6",
+        "fresh7",
+        "fresh8",
+        "fresh9",
+    ),
 }
 UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
 TARGETS = ("nan_scale", "dead_policy_gradient", "stuck_value_loss", "entropy_collapse", "exploding_updates")
