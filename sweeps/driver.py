@@ -173,7 +173,7 @@ class Driver:
                 self._write_mlflow(budget=WRITE_BUDGET)
                 for event in self.pool.poll(timeout=0.25):
                     self._handle(event)
-                self._tracked(lambda: self.tracker.flush_if_due())
+                self._tracked(self.tracker.flush_if_due)
                 self.on_change(p)
             self._drain_writes()
         except BaseException:
@@ -200,10 +200,7 @@ class Driver:
         self.progress.tracking_held = len(self._mlflow)
 
     def _tracked(self, write: Callable[[], object]) -> bool:
-        """Do one MLflow write; False if the tracking server could not be reached (try later).
-
-        ``write`` reads the tracker's methods when called, not before: a tracker that met an
-        outage while it was built fails there, in here, as any write to an absent server does."""
+        """Do one MLflow write; False if the tracking server could not be reached (try later)."""
         now = time.monotonic()
         if self.progress.tracking_down is not None and now < self._retry_at:
             return False
@@ -224,7 +221,7 @@ class Driver:
         deadline = time.monotonic() + OUTAGE_LIMIT
         while True:
             self._write_mlflow()
-            if not self._mlflow and self._tracked(lambda: self.tracker.flush()):
+            if not self._mlflow and self._tracked(self.tracker.flush):
                 return
             if time.monotonic() > deadline:
                 raise UsageError(
@@ -775,15 +772,12 @@ class Driver:
         finally:
             self.progress.tracking_down = None  # one last try each, however the server is doing
             self._write_mlflow()
-            self._tracked(lambda: self.tracker.flush())
-
-            def kill(run_id: str) -> None:
-                self.tracker.end_run(run_id, "KILLED", tags={keys.OUTCOME: "interrupted"})
-
+            self._tracked(self.tracker.flush)
+            killed = {keys.OUTCOME: "interrupted"}
             for active in self.active.values():
                 for run_id in [*active.child_runs.values(), active.parent_run]:
                     if run_id:
-                        self._tracked(partial(kill, run_id))
+                        self._tracked(partial(self.tracker.end_run, run_id, "KILLED", tags=killed))
 
     def _update_best(self, trials: list[Any]) -> None:
         complete = [r for r in map(record, trials) if r.value is not None and r.state == "COMPLETE"]

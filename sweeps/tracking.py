@@ -327,7 +327,9 @@ class BackgroundTracker:
     A tracking server that could not be reached while it was built (an outage as the sweep
     starts) is not the end of the sweep: that use fails as any write to an absent server does,
     the driver holds its writes, and the next use builds the tracker again. ``server`` is known
-    without building it, since the driver reads it to tell such a failure from a wrong write."""
+    without building it, since the driver reads it to tell such a failure from a wrong write, and
+    a method read from it is bound when called, not when read: the failure then happens inside
+    the call the driver guards (``partial(tracker.end_run, ...)`` reads the method before it)."""
 
     def __init__(self, uri: str, experiment: str, sweep: str, artifact_dir: Path) -> None:
         from concurrent.futures import Future, ThreadPoolExecutor
@@ -340,6 +342,8 @@ class BackgroundTracker:
         pool.shutdown(wait=False)
 
     def __getattr__(self, name: str) -> Any:
+        if callable(getattr(MlflowTracker, name, None)):
+            return lambda *args, **kwargs: getattr(self._built(), name)(*args, **kwargs)
         return getattr(self._built(), name)
 
     def _built(self) -> MlflowTracker:

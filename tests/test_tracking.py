@@ -129,6 +129,31 @@ def test_a_server_out_of_reach_while_the_tracker_is_built_is_tried_again_at_the_
     assert tracker.ready and _Flaky.calls == 2
 
 
+def test_a_method_read_before_an_outage_at_the_build_fails_only_when_called(monkeypatch):
+    """The driver reads a method before its guarded write calls it (``partial(tracker.end_run, ...)``):
+    reading it neither builds nor raises; the call meets the outage, and a later call the tracker."""
+    flushed: list[str] = []
+
+    class Built:
+        def flush(self) -> None:
+            flushed.append("flushed")
+
+    attempts = iter([ConnectionError("Connection refused"), Built()])
+
+    def build(*args: object) -> Built:
+        outcome = next(attempts)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(tracking, "_build_tracker", build)
+    flush = tracking.BackgroundTracker("http://127.0.0.1:5000", "experiment", "sweep", Path("artifacts")).flush
+    with pytest.raises(ConnectionError):
+        flush()
+    flush()
+    assert flushed == ["flushed"]
+
+
 def test_a_local_store_that_fails_while_built_is_not_tried_again(monkeypatch):
     monkeypatch.setattr(tracking, "MlflowTracker", lambda *args: _Flaky(1, "Connection refused", ConnectionError))
     tracker = tracking.BackgroundTracker(*_ARGS)
