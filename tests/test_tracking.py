@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,15 @@ from optuna.trial import TrialState
 
 from stability import keys
 from sweeps import tracking
-from tests.helpers import free_port, serve_mlflow, split_runs, stop_server, subprocess_env, tiny_spec
+from tests.helpers import (
+    free_port,
+    serve_mlflow,
+    split_runs,
+    stop_server,
+    subprocess_env,
+    tiny_spec,
+    wait_for_states,
+)
 
 
 class _Flaky:
@@ -256,10 +262,8 @@ def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tm
     sweep = subprocess.Popen(command, cwd=workdir, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
     db = workdir / "results" / "outage" / "optuna.db"
     try:
-        deadline = time.monotonic() + 180
-        while not _trials_asked(db):
-            assert time.monotonic() < deadline and sweep.poll() is None, (workdir / "run.log").read_text()[-3000:]
-            time.sleep(0.1)
+        asked = wait_for_states(db, lambda states: bool(states) or sweep.poll() is not None, timeout=180)
+        assert asked and sweep.poll() is None, (workdir / "run.log").read_text()[-3000:]
         stop_server(server)
         stopped = time.monotonic()
         storage = f"sqlite:///{db}"
@@ -276,18 +280,6 @@ def test_a_tracking_server_that_goes_away_mid_sweep_loses_and_repeats_nothing(tm
         if sweep.poll() is None:
             sweep.kill()
         stop_server(server)
-
-
-def _trials_asked(db: Path) -> int:
-    """How many trials the sweep has asked its study for (0 before the study exists), read without
-    creating or changing anything (loading an Optuna study would create the database)."""
-    if not db.exists():
-        return 0
-    try:
-        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
-            return connection.execute("SELECT count(*) FROM trials").fetchone()[0]
-    except sqlite3.OperationalError:  # its schema is still being created
-        return 0
 
 
 def _check_exactly_once(uri: str, output: str) -> None:
