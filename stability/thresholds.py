@@ -49,6 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "window_fraction": 0.25,
         "min_progress": 0.5,
         "kl_max": 1.0e-4,
+        "window_kl_max": 1.0e-3,
         "clip_fraction_max": 0.01,
         "entropy_rel_change_max": 0.01,
         "actor_grad_share_max": 0.01,

@@ -122,6 +122,30 @@ def test_learning_rate_schedule_at_its_end_is_not_dead():
     assert verdict.verdict == "healthy"
 
 
+def _frozen_std_gaussian(kl: float, continuous: bool = True) -> History:
+    """96 updates of a policy whose logged entropy (a Gaussian's: its std alone) never moves,
+    returns flat, clip_fraction 0, approx_kl ``kl`` per update."""
+    n = 96
+    flat = [40.0 + 2.0 * (i % 3) for i in range(n)]
+    h = ppo_history(n, kl=kl, clip=0.0, entropy=[1.4189] * n, ep_return=flat)
+    h.context["continuous"] = continuous
+    return h
+
+
+def test_a_gaussian_policy_moving_slowly_under_a_frozen_std_is_not_dead():
+    # ~1e-4 nats per update, 24 updates in the window: about 2e-3 nats moved (the corpus's
+    # RecurrentPPO that learned 0 -> 75 on a spiky reward this way)
+    assert "dead_policy_gradient" not in {f.kind for f in classify(_frozen_std_gaussian(9e-5)).findings}
+    # a Gaussian's first entropy kept says nothing of its mean: per-update KL 3e-3 is learning
+    assert "dead_policy_gradient" not in {f.kind for f in classify(_frozen_std_gaussian(3e-3)).findings}
+    # the same frozen std with updates that move nothing is dead
+    dead = classify(_frozen_std_gaussian(1e-7))
+    assert dead.verdict == "dead_policy_gradient"
+    assert dead.findings[0].evidence["window_kl_sum"] < 1e-5
+    # a discrete policy's entropy is the whole policy's: still at its first value, it never moved
+    assert classify(_frozen_std_gaussian(3e-3, continuous=False)).verdict == "dead_policy_gradient"
+
+
 def test_a2c_judged_without_kl():
     def a2c(entropy: list, actor: float) -> History:
         h = H(total_steps=40 * 400)

@@ -6,9 +6,11 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
 - PPO-style runs (approx_kl logged): clip_fraction about 0, and either approx_kl about 0 with
   entropy frozen over the window, or entropy still at its very first value (a policy that only
   jitters around its initial distribution: the report's entropy of exactly ln 16 with approx_kl
-  ~1e-3 from noise). clip_fraction near 1 is the opposite case (a decayed clip range clips
-  everything) and never counts as dead; a schedule that has taken the learning rate near 0 is
-  not a failure either.
+  ~1e-3 from noise). For a Gaussian policy the entropy measures only the std: its first value
+  held says nothing, and the window's approx_kl summed must also be about 0 (a RecurrentPPO that
+  learned 0 -> 75 on a spiky reward did it at ~1e-4 nats per update). clip_fraction near 1 is
+  the opposite case (a decayed clip range clips everything) and never counts as dead; a schedule
+  that has taken the learning rate near 0 is not a failure either.
 - A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
   or (discrete policies) the entropy still at its very first value (weight decay or an entropy
@@ -63,7 +65,16 @@ class DeadPolicyGradient(Detector):
             clip = median(history.values("clip_fraction", last=w)) if history.has("clip_fraction") else 0.0
             evidence.update(approx_kl_median=kl, clip_fraction_median=clip)
             quiet = kl < t["kl_max"] and frozen_entropy is not False
-            dead = clip < t["clip_fraction_max"] and (quiet or _never_moved(history, t, evidence))
+            if is_continuous(history):
+                # A Gaussian's entropy measures only its std, so a frozen entropy and a first
+                # entropy never left say nothing of its mean. What the updates of the window moved
+                # the policy by, all together, does: a per-update KL under kl_max, taken a few
+                # dozen times, is a policy that is learning slowly, not a dead one.
+                moved = _window_kl(history, w)
+                evidence["window_kl_sum"] = moved
+                dead = clip < t["clip_fraction_max"] and quiet and moved < t["window_kl_max"]
+            else:
+                dead = clip < t["clip_fraction_max"] and (quiet or _never_moved(history, t, evidence))
             onset = streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
@@ -128,6 +139,13 @@ def _never_moved(history: History, t: dict[str, Any], evidence: dict[str, Any]) 
     moved = drift / max(abs(first), 0.1)
     evidence.update(entropy_first=first, entropy_last=entropy[-1], entropy_max_drift=moved)
     return moved < t["entropy_rel_change_max"]
+
+
+def _window_kl(history: History, w: int) -> float:
+    """The window's approx_kl values summed: how far its updates moved the policy, in nats, were
+    each update's move independent of the others (a policy pushed the same way every update moves
+    further; one that only jitters, about this far)."""
+    return sum(max(v, 0.0) for v in history.values("approx_kl", last=w) if math.isfinite(v))
 
 
 def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
