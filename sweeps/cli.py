@@ -207,7 +207,7 @@ def _status(args: argparse.Namespace, console: Console) -> int:
 
     folder = _sweep_dir(args.name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = f"sqlite:///{(folder / 'optuna.db').resolve()}"
+    url = spec_module.optuna_url(folder)
     names = optuna.study.get_all_study_names(url)
     if not names:
         raise UsageError(f"{folder / 'optuna.db'} holds no study")
@@ -324,7 +324,7 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
 
 def mlflow_uri_for(name: str | None) -> str:
     if name is None:
-        return f"sqlite:///{(spec_module.RESULTS_DIR / 'mlflow.db').resolve()}"
+        return spec_module.sqlite_url(spec_module.RESULTS_DIR / "mlflow.db")
     from sweeps._yaml import load_yaml
 
     resolved = _sweep_dir(name) / "spec.yaml"
@@ -337,8 +337,9 @@ def _ui(args: argparse.Namespace, console: Console) -> int:
         check_server(uri)
         console.print(f"MLflow UI: {uri}  (the sweep's tracking server; nothing to start)", highlight=False)
         return 0
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
-        raise UsageError(f"no tracking store at {uri[len('sqlite:///') :]}: run a sweep first (make demo)")
+    store = spec_module.sqlite_file(uri)
+    if store is not None and not store.is_file():
+        raise UsageError(f"no tracking store at {store}: run a sweep first (make demo)")
     command = [
         sys.executable,
         "-m",

@@ -126,8 +126,7 @@ def load(name: str) -> SweepResults:
         raise UsageError(f"{source} is missing: this sweep was run by an older rlsweep; rerun it to export")
     spec = spec_module.from_dict(load_yaml(source.read_text()), source=str(source))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = f"sqlite:///{(folder / 'optuna.db').resolve()}"
-    study = optuna.load_study(study_name=spec.name, storage=url)
+    study = optuna.load_study(study_name=spec.name, storage=spec_module.optuna_url(folder))
     records = [record(t) for t in study.get_trials(deepcopy=False)]
     return SweepResults(spec, records, study)
 

@@ -16,7 +16,7 @@ from stability import keys
 from sweeps._yaml import dump_yaml
 from sweeps.driver import Progress
 from sweeps.errors import UsageError
-from sweeps.spec import SweepSpec
+from sweeps.spec import SweepSpec, sqlite_file
 
 
 def _writable_dir(path: Path) -> None:
@@ -62,8 +62,9 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
         results.sweep_folder(spec.warm_start.from_)
     check_server(spec.mlflow_uri)
     folders = [spec.storage_dir]
-    if spec.mlflow_uri.startswith("sqlite:///"):
-        folders.append(Path(spec.mlflow_uri[len("sqlite:///") :]).parent)
+    store = sqlite_file(spec.mlflow_uri)
+    if store is not None:
+        folders.append(store.parent)
     fresh = [f for f in folders if not f.exists()]
     for folder in folders:
         _writable_dir(folder)

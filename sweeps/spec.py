@@ -20,6 +20,24 @@ from sweeps.algos import ACTIVATIONS, CLASS_KWARGS, MANAGED, SCHEDULED, class_na
 from sweeps.errors import Issue, SpecError, did_you_mean, one_of
 
 RESULTS_DIR = Path("results")
+SQLITE = "sqlite:///"  # the one spelling of a local SQLite store's URL (Optuna's and MLflow's)
+
+
+def sqlite_url(path: Path) -> str:
+    """The URL of the SQLite file at ``path``, absolute: it names the same file from any cwd."""
+    return f"{SQLITE}{path.resolve()}"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///`` URL names; None for any other store (a server, another database)."""
+    return Path(url.removeprefix(SQLITE)) if url.startswith(SQLITE) else None
+
+
+def optuna_url(folder: Path) -> str:
+    """The Optuna study of the sweep stored in ``folder``."""
+    return sqlite_url(folder / "optuna.db")
+
+
 ENV_PREFIX = "env.kwargs."  # space keys under this prefix go to the env's constructor
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -286,11 +304,11 @@ class SweepSpec(_Model):
 
     @property
     def optuna_url(self) -> str:
-        return f"sqlite:///{(self.storage_dir / 'optuna.db').resolve()}"
+        return optuna_url(self.storage_dir)
 
     @property
     def mlflow_uri(self) -> str:
-        return self.tracking.mlflow_uri or f"sqlite:///{(RESULTS_DIR / 'mlflow.db').resolve()}"
+        return self.tracking.mlflow_uri or sqlite_url(RESULTS_DIR / "mlflow.db")
 
     @property
     def experiment(self) -> str:

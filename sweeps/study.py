@@ -21,7 +21,7 @@ from sweeps import pruners, results, samplers
 from sweeps import space as sp
 from sweeps.errors import UsageError
 from sweeps.results import record
-from sweeps.spec import SweepSpec
+from sweeps.spec import SweepSpec, sqlite_file
 
 # Keys that may change between runs of the same sweep without making it a different sweep.
 _MUTABLE = ("trials", "workers", "tracking")
@@ -170,8 +170,9 @@ def sole_writer_storage(url: str) -> Any:
             self._wrote(trial_id)
 
     backend = optuna.storages.RDBStorage(url)
-    if url.startswith("sqlite:///"):
-        _fast_commits(backend.engine, Path(url.removeprefix("sqlite:///")))
+    store = sqlite_file(url)
+    if store is not None:
+        _fast_commits(backend.engine, store)
     return SoleWriterStorage(backend)
 
 

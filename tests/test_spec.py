@@ -431,3 +431,16 @@ def test_one_minus_samples_the_distance_from_one():
     assert sp.decode(dims, {"gamma": 0.01}) == {"gamma": pytest.approx(0.99)}
     assert sp.encode(dims, {"gamma": 0.99, "not_sampled": 1}) == {"gamma": pytest.approx(0.01)}
     assert knobs.candidates(dims["gamma"]) == pytest.approx([0.9999, 0.97])  # what validation checks
+
+
+def test_a_local_store_url_names_its_file_from_any_cwd_and_nothing_else_is_a_file(tmp_path, monkeypatch):
+    from sweeps.spec import optuna_url, sqlite_file, sqlite_url
+
+    monkeypatch.chdir(tmp_path)
+    url = sqlite_url(Path("results") / "mlflow.db")
+    assert url == f"sqlite:///{tmp_path.resolve() / 'results' / 'mlflow.db'}"
+    assert sqlite_file(url) == tmp_path.resolve() / "results" / "mlflow.db"
+    assert sqlite_file(optuna_url(tmp_path / "s")) == tmp_path.resolve() / "s" / "optuna.db"
+    assert sqlite_file("sqlite:///rel.db") == Path("rel.db")  # as MLflow and SQLAlchemy read it
+    for other in ("http://127.0.0.1:5000", "postgresql://u@h/db", "file:///tmp/mlruns"):
+        assert sqlite_file(other) is None
