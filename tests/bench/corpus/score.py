@@ -47,6 +47,7 @@ SPLITS = {
     "fresh7": ("fresh7",),
     "fresh8": ("fresh8",),
     "fresh9": ("fresh9",),
+    "fresh10": ("fresh10",),
     # every split no detector change was made with in view: the held-out figure, on the most runs
     "unseen": ("fresh9",),
     "seen": ("calib", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8"),
@@ -62,6 +63,7 @@ SPLITS = {
         "fresh7",
         "fresh8",
         "fresh9",
+        "fresh10",
     ),
 }
 UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
