@@ -28,6 +28,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "baseline_fraction": 0.2,
         "grad_ratio": 1000.0,
         "value_loss_ratio": 1.0e4,
+        "grad_norm_floor": 1.0e-3,
+        "value_loss_floor": 1.0e-6,
         "update_ratio_max": 0.3,
         "update_ratio_min_kl": 1.0,
         "kl_max": 10.0,

@@ -451,3 +451,34 @@ def test_a_plain_log_whose_every_episode_returned_the_same_is_degenerate_once_en
     assert judge(_plain_long_episodes([499.5] * 60)).verdict == "degenerate_reward"
     # the same for 40 updates is 8 episodes: too few to tell a constant reward
     assert "degenerate_reward" not in {f.kind for f in judge(_plain_long_episodes([499.5] * 40)).findings}
+
+
+def test_a_first_gradient_after_an_early_level_of_about_zero_is_not_exploding():
+    """An A2C paid a constant 0: its critic fits the zero returns exactly (value loss ~1e-14) and
+    its gradient is ~1e-7, until a few updates give it 0.01 and 3e-6. Ratios over such a start
+    are in the thousands, but nothing is large."""
+    n = 40
+
+    def run(late_grad: float, late_value_loss: float) -> History:
+        h = History(total_steps=n * 160, context={"continuous": False, "algo": "A2C"})
+        for i in range(n):
+            spike = i in (20, 25, 30, 35)
+            h.add(
+                160 * (i + 1),
+                {
+                    "entropy": 1.0 - 0.005 * i,
+                    "ep_return": 0.0 if i % 2 else 1.0,
+                    "value_loss": late_value_loss if spike else 1e-14,
+                    "explained_variance": 0.5,
+                    "learning_rate": 7e-4,
+                    "grad_norm": late_grad if spike else 5e-7,
+                },
+            )
+        return h
+
+    tiny = run(0.011, 3.5e-6)
+    assert "exploding_updates" not in {f.kind for f in judge(tiny).findings}
+    # the same start with gradients and errors that are large in themselves
+    blown = judge(run(50.0, 30.0))
+    finding = next(f for f in blown.findings if f.kind == "exploding_updates")
+    assert finding.certain and finding.evidence["grad_norm_max"] == 50.0

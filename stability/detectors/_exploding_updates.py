@@ -1,6 +1,7 @@
 """``exploding_updates``: updates far larger than the run's own early updates.
 
-The baseline is the run itself: the median of the first ``baseline_fraction`` of updates. A
+The baseline is the run itself: the median of the first ``baseline_fraction`` of updates, never
+taken below ``grad_norm_floor`` / ``value_loss_floor`` (an early level of about 0 is no scale). A
 pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_loss_ratio``
 times it, an update that moved the weights by more than ``update_ratio_max`` of their own norm
 (the callback's ``update_ratio``; absent from plain logs), or an approx_kl above ``kl_max`` (the
@@ -38,13 +39,19 @@ class ExplodingUpdates(Detector):
             return None
         hits: list[tuple[int, str]] = []
         evidence: dict[str, Any] = {}
-        for name, ratio in (("grad_norm", t["grad_ratio"]), ("value_loss", t["value_loss_ratio"])):
+        for name, ratio, floor in (
+            ("grad_norm", t["grad_ratio"], t["grad_norm_floor"]),
+            ("value_loss", t["value_loss_ratio"], t["value_loss_floor"]),
+        ):
             base = median(history.before(name, base_n))
-            if not math.isfinite(base) or base <= 0:
+            if not math.isfinite(base):
                 continue
             indices, values = history.arrays(name)
+            # An early level of about 0 (nothing to learn yet: a constant reward fitted exactly, a
+            # sparse reward not yet found) counts as the floor: from there any first real gradient
+            # or error is "thousands of times" the start without anything exploding.
             with np.errstate(invalid="ignore"):
-                late = (indices >= base_n) & np.isfinite(values) & (values > ratio * base)
+                late = (indices >= base_n) & np.isfinite(values) & (values > ratio * max(base, floor))
             if late.any():
                 hits.extend((int(i), name) for i in indices[late])
                 evidence[f"{name}_baseline_median"] = base
