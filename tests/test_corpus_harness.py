@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from stable_baselines3.common.env_util import make_vec_env
 
 from sweeps.repro_envs import DictObservation
@@ -72,3 +73,22 @@ def test_a_dict_observation_episode_cut_by_its_time_limit_is_measured():
     env.close()
     assert len(result["episode_returns"]) == 4
     assert len(values) > 20  # the cut episodes' last observations were valued too
+
+
+def test_the_corpus_cases_each_have_their_own_runs_and_a_scored_split(tmp_path):
+    """A case's id names its runs' folders, so two cases under one id would share runs (the second
+    skipped as done, and scored with the first's config); a split score.py does not know is never
+    scored."""
+    import run
+    import score
+    import yaml
+
+    cases = run.load_cases()
+    assert len({c["id"] for c in cases}) == len(cases)
+    assert {c["split"] for c in cases} == set(score.SPLITS["all"])
+    data = yaml.safe_load(run.CASES.read_text())
+    data["cases"].append(dict(data["cases"][0]))
+    twice = tmp_path / "cases.yaml"
+    twice.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=f"case ids used twice: {data['cases'][0]['id']}$"):
+        run.load_cases(twice)

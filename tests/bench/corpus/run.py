@@ -38,6 +38,11 @@ ROLLOUT_STEPS = 3000  # env steps of each fresh critic/return measurement
 def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
     data = yaml.safe_load(path.read_text())
     envs, cases = data["envs"], []
+    # a case's id names its runs' folders: two cases under one id would share (and skip) runs
+    ids = [case["id"] for case in data["cases"]]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"{path}: case ids used twice: {', '.join(repeated)}")
     for case in data["cases"]:
         base = envs[case["env"]]
         merged = {
