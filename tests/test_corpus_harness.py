@@ -86,6 +86,14 @@ def test_the_corpus_cases_each_have_their_own_runs_and_a_scored_split(tmp_path):
     cases = run.load_cases()
     assert len({c["id"] for c in cases}) == len(cases)
     assert {c["split"] for c in cases} == set(score.SPLITS["all"])
+    # nor is one config written twice under two ids (it would be scored in two splits, the
+    # second no longer unseen)
+    configs: dict[str, str] = {}
+    for c in cases:
+        what = [c["env"], c["path"], c.get("algo"), c.get("hyperparams"), c.get("args"), c["total_timesteps"]]
+        key = yaml.safe_dump(what, sort_keys=True)
+        assert key not in configs, f"{c['id']} has the config of {configs[key]}"
+        configs[key] = c["id"]
     data = yaml.safe_load(run.CASES.read_text())
     data["cases"].append(dict(data["cases"][0]))
     twice = tmp_path / "cases.yaml"
