@@ -48,6 +48,7 @@ SPLITS = {
     "fresh8": ("fresh8",),
     "fresh9": ("fresh9",),
     "fresh10": ("fresh10",),
+    "fresh11": ("fresh11",),
     # every split no detector change was made with in view: the held-out figure, on the most runs
     "unseen": ("fresh10",),
     "seen": (
@@ -76,6 +77,7 @@ SPLITS = {
         "fresh8",
         "fresh9",
         "fresh10",
+        "fresh11",
     ),
 }
 UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
