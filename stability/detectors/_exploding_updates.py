@@ -44,12 +44,13 @@ class ExplodingUpdates(Detector):
             ("value_loss", t["value_loss_ratio"], t["value_loss_floor"]),
         ):
             base = median(history.before(name, base_n))
-            if not math.isfinite(base):
+            if not math.isfinite(base) or base <= 0:  # a signal never off 0 early has no scale at all
                 continue
             indices, values = history.arrays(name)
             # An early level of about 0 (nothing to learn yet: a constant reward fitted exactly, a
             # sparse reward not yet found) counts as the floor: from there any first real gradient
-            # or error is "thousands of times" the start without anything exploding.
+            # or error is "thousands of times" the start without anything exploding. The floor
+            # only raises the bar: it can take a hit away, never add one.
             with np.errstate(invalid="ignore"):
                 late = (indices >= base_n) & np.isfinite(values) & (values > ratio * max(base, floor))
             if late.any():
