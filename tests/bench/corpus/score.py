@@ -35,50 +35,28 @@ from stability.verdict import Judge, checkpoints, judge  # noqa: E402
 # What each --split scores: "seen" is every run whose scores have been read while changing the
 # detectors; "fresh6" to "fresh10" were each fixed before any of their cases ran and scored once (see
 # cases.yaml for the order in which the splits were written, run and read).
-SPLITS = {
-    "calib": ("calib",),
-    "heldout": ("heldout",),
-    "fresh": ("fresh",),
-    "fresh2": ("fresh2",),
-    "fresh3": ("fresh3",),
-    "fresh4": ("fresh4",),
-    "fresh5": ("fresh5",),
-    "fresh6": ("fresh6",),
-    "fresh7": ("fresh7",),
-    "fresh8": ("fresh8",),
-    "fresh9": ("fresh9",),
-    "fresh10": ("fresh10",),
-    "fresh11": ("fresh11",),
-    # every split no detector change was made with in view: the held-out figure, on the most runs
-    "unseen": ("fresh10",),
-    "seen": (
-        "calib",
-        "heldout",
-        "fresh",
-        "fresh2",
-        "fresh3",
-        "fresh4",
-        "fresh5",
-        "fresh6",
-        "fresh7",
-        "fresh8",
-        "fresh9",
-    ),
-    "all": (
-        "calib",
-        "heldout",
-        "fresh",
-        "fresh2",
-        "fresh3",
-        "fresh4",
-        "fresh5",
-        "fresh6",
-        "fresh7",
-        "fresh8",
-        "fresh9",
-        "fresh10",
-        "fresh11",
-    ),
+_WRITTEN = (  # every split, in the order it was written
+    "calib",
+    "heldout",
+    "fresh",
+    "fresh2",
+    "fresh3",
+    "fresh4",
+    "fresh5",
+    "fresh6",
+    "fresh7",
+    "fresh8",
+    "fresh9",
+    "fresh10",
+    "fresh11",
+)
+# the held-out figure: the split no detector change was made with in view; "seen" is every split
+# written before it, the ones after it are kept for the next changes
+_UNSEEN = "fresh10"
+SPLITS = {split: (split,) for split in _WRITTEN} | {
+    "unseen": (_UNSEEN,),
+    "seen": _WRITTEN[: _WRITTEN.index(_UNSEEN)],
+    "all": _WRITTEN,
 }
 UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
 TARGETS = ("nan_scale", "dead_policy_gradient", "stuck_value_loss", "entropy_collapse", "exploding_updates")
