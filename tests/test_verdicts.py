@@ -300,6 +300,24 @@ def test_with_return_scale_a_critic_that_never_fit_is_stuck_from_a_tenth_of_the_
         assert judge(h).verdict == verdict, share
 
 
+def test_from_a_plain_log_a_critic_that_never_fit_is_held_to_the_same_tenth_of_the_returns_square():
+    n = 40
+    # no return_rms: the targets' scale is estimated from the episodes, 200 over 100 steps at
+    # gamma 0.99 (2 * 63.4 = 127). The loss fell (with its targets, or to a constant it predicts)
+    # and explained variance never left 0; stuck only if the loss is still 15% of that square,
+    # not at 2% (a converged CartPole critic predicting a constant sits near there)
+    scale_sq = (2.0 * (1 - 0.99**100) / 0.01) ** 2
+    for share, verdict in ((0.15, "stuck_value_loss"), (0.02, "healthy")):
+        h = ppo_history(
+            n,
+            value_loss=[share * scale_sq * (3.0 - 2.0 * i / (n - 1)) for i in range(n)],
+            explained_variance=[0.01 * (-1) ** i for i in range(n)],
+            ep_return=[199.0 + i % 3 for i in range(n)],
+            ep_length=[100.0] * n,
+        )
+        assert judge(h).verdict == verdict, share
+
+
 def test_a_critic_off_by_most_of_the_returns_square_is_stuck_whatever_its_explained_variance():
     n = 40
     h = ppo_history(
