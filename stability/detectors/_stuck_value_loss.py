@@ -24,9 +24,7 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
 - or, for PPO-style logs (large batches, where explained variance is a reliable number), a loss
   that has not fallen with explained variance pinned within ``ev_pinned`` of 0 on
   ``pinned_share`` of the window while the returns do not rise;
-- or, once such a run has ended, explained variance never above ``ev_max`` at any update and a
-  loss of at least ``relative_never_fit`` times that square (the callback path's bar; a critic
-  predicting the constant that near-constant returns hold has explained variance 0 and a small loss).
+- or, once such a run has ended, explained variance never above ``ev_max`` at any update.
 
 Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
 hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
@@ -100,9 +98,6 @@ class StuckValueLoss(Detector):
             evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
             big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
             flat_critic = not fell and ppo_style and pinned >= t["pinned_share"] and not returns_rose(history, w)
-            # the never-fit rule holds the plain log to the same bar as the callback's: a loss of
-            # relative_never_fit of the targets' square (here estimated from the episodes)
-            never_fit = never_fit and math.isfinite(episode) and episode >= t["relative_never_fit"]
             if not (big or flat_critic or never_fit):
                 return None
         causes, patches = _causes(history, t, evidence)
