@@ -12,7 +12,8 @@ Usable in a plain SB3 script::
 
 After every update it reads what the algorithm recorded (``train/*``), adds what SB3 never
 logs (log_std range, parameter finiteness, pre-clip gradient norm by role, advantage and
-return spread, raw and normalised reward statistics, action overrides), writes those to the
+return spread, the critic's error against the discounted returns of the episodes its rollouts
+finished, raw and normalised reward statistics, action overrides), writes those to the
 SB3 logger as ``stability/NAME`` (so TensorBoard/CSV logs carry them) and appends the update
 to :attr:`history`. SB3 records ``train/*`` after its log dump and never dumps the last
 update; the callback captures every update as it is recorded, and dumps the last one itself.
@@ -49,6 +50,8 @@ OWN = (
     "adv_std",
     "return_std",
     "return_rms",
+    "critic_error",
+    "critic_r2",
     "reward_mean",
     "reward_std",
     "reward_norm_std",
@@ -129,6 +132,7 @@ class StabilityCallback(BaseCallback):
         self._original_record: Any = None
         self._probe_obs: Any = None
         self._weights: th.Tensor | None = None  # the policy's parameters at the last commit
+        self._episodes: EpisodeReturns | None = None  # on-policy: the critic against finished episodes
 
     # Parameter finiteness and the action mean are probed every PROBE_EVERY updates (and on any
     # non-finite loss): each probe costs a forward pass, which matters for A2C's tiny updates.
@@ -140,6 +144,8 @@ class StabilityCallback(BaseCallback):
         from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
         self._on_policy = isinstance(self.model, OnPolicyAlgorithm)
+        if self._on_policy and self._episodes is None:
+            self._episodes = EpisodeReturns(float(getattr(self.model, "gamma", 0.99)))
         if self.min_update_steps is None:  # coarse enough to be cheap, fine enough for ~100 records a run
             self.min_update_steps = group_steps(getattr(self.model, "_total_timesteps", 0) or 0, self._on_policy)
         env = self.model.get_env()
@@ -181,6 +187,11 @@ class StabilityCallback(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         self._update_step = self.model.num_timesteps
+        buffer = getattr(self.model, "rollout_buffer", None)
+        if self._episodes is not None and buffer is not None and getattr(buffer, "full", False):
+            # every rollout, grouped or not: an episode spans many of A2C's 5-step rollouts
+            ends = getattr(self.model, "_last_episode_starts", None)
+            self._episodes.add(buffer.values, buffer.rewards, buffer.episode_starts, ends)
         self._rollout_size = max(self._rollout_size, sum(len(r) for r in self._raw))
         if self._group_done():  # the buffer holds this rollout only until the next one starts
             self._rollout_stats()
@@ -209,6 +220,8 @@ class StabilityCallback(BaseCallback):
             stats["return_std"] = float(returns.std())
             stats["return_rms"] = float(np.sqrt((returns * returns).mean()))
             self._probe_obs = buffer.observations
+        if self._episodes is not None:
+            stats.update(self._episodes.pop())
         self._rollout.update(stats)
         self._raw, self._seen = [], []
         self._overrides = self._override_total = 0
@@ -331,6 +344,79 @@ class StabilityCallback(BaseCallback):
             or signals.get("log_std_max", 0.0) > t["log_std_warn_high"]
             or signals.get("log_std_min", 0.0) < t["log_std_warn_low"]
         )
+
+
+class EpisodeReturns:
+    """The critic's predictions against the discounted returns of the episodes the rollouts finish.
+
+    SB3's value loss and explained variance compare the critic with its own bootstrapped targets:
+    with A2C's 5-step rollouts a critic that predicts ~0 everywhere fits ``r + gamma * V(s')`` well
+    and looks fine while it is far from what the episodes return. Here each env's steps (the
+    critic's value when the step was taken, and the reward as the algorithm saw it: normalised,
+    with SB3's bootstrap already added at a time limit) are kept until the episode ends, across
+    rollouts; the finished episode's discounted returns are then compared with those values.
+    :meth:`pop` gives ``critic_error`` (the RMS of the error over the RMS of the returns) and
+    ``critic_r2`` (the share of the returns' variance the critic explains) over the episodes
+    finished since the last pop, once ``min_pairs`` steps have gathered (until then they carry
+    over). Pooled sums only: memory is one unfinished episode per env (capped at ``cap`` steps;
+    a longer one is dropped unmeasured).
+    """
+
+    def __init__(self, gamma: float, min_pairs: int = 32, cap: int = 10_000) -> None:
+        self.gamma, self.min_pairs, self.cap = gamma, min_pairs, cap
+        self._open: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self._n = 0
+        self._sums = np.zeros(3)  # sum of squared errors, of returns, of squared returns
+
+    def add(self, values: np.ndarray, rewards: np.ndarray, starts: np.ndarray, last_ends: Any) -> None:
+        """One rollout, arrays of shape (steps, envs); ``starts[t]`` marks step t as the first of an
+        episode, ``last_ends`` (per env) whether the rollout's last step ended one."""
+        values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
+        rewards = np.asarray(rewards, dtype=np.float64).reshape(values.shape)
+        starts = np.asarray(starts).reshape(values.shape)
+        ends = np.asarray(last_ends).reshape(-1) if last_ends is not None else np.zeros(values.shape[1])
+        for env in range(values.shape[1]):
+            cuts = [0, *np.flatnonzero(starts[1:, env]) + 1, len(values)]
+            for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+                if a > 0 or starts[0, env]:
+                    self._close(env)
+                if b > a:
+                    kept = self._open.setdefault(env, ([], []))
+                    kept[0].append(values[a:b, env])
+                    kept[1].append(rewards[a:b, env])
+            if env < len(ends) and ends[env]:
+                self._close(env)
+            if env in self._open and sum(len(v) for v in self._open[env][0]) > self.cap:
+                del self._open[env]
+
+    def _close(self, env: int) -> None:
+        kept = self._open.pop(env, None)
+        if not kept:
+            return
+        values, rewards = np.concatenate(kept[0]), np.concatenate(kept[1])
+        returns = np.empty_like(rewards)
+        running = 0.0
+        for t in range(len(rewards) - 1, -1, -1):
+            running = rewards[t] + self.gamma * running
+            returns[t] = running
+        ok = np.isfinite(values) & np.isfinite(returns)
+        if not ok.any():
+            return
+        v, g = values[ok], returns[ok]
+        self._n += len(g)
+        self._sums += (float(np.sum((v - g) ** 2)), float(np.sum(g)), float(np.sum(g * g)))
+
+    def pop(self) -> dict[str, float]:
+        if self._n < self.min_pairs:
+            return {}
+        n, (err, total, square) = self._n, self._sums
+        mse, mean_sq, mean = err / n, square / n, total / n
+        var = mean_sq - mean * mean
+        out = {"critic_error": math.sqrt(mse) / max(math.sqrt(mean_sq), 1e-12)}
+        if var > 1e-12 * max(mean_sq, 1e-12):
+            out["critic_r2"] = 1.0 - mse / var
+        self._n, self._sums = 0, np.zeros(3)
+        return out
 
 
 def _number(value: Any) -> float | None:

@@ -23,6 +23,9 @@ Canonical signals (per update unless noted):
 ``adv_std``                 spread of the rollout's advantages (before any normalisation)
 ``return_std``              spread of the rollout's returns (critic targets)
 ``return_rms``              root mean square of those returns (their scale)
+``critic_error``            RMS of the critic's error against the discounted returns of the
+                            episodes finished since the last record, over their RMS (callback)
+``critic_r2``               the share of those returns' variance the critic explains (callback)
 ``reward_mean|std``         raw per-step reward of the rollout (before VecNormalize)
 ``reward_norm_std``         per-step reward as the algorithm saw it (after VecNormalize / scaling)
 ``reward_distinct``         number of distinct raw reward values in the rollout
@@ -67,6 +70,8 @@ CANONICAL = (
     "adv_std",
     "return_std",
     "return_rms",
+    "critic_error",
+    "critic_r2",
     "reward_mean",
     "reward_std",
     "reward_norm_std",

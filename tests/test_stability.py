@@ -279,3 +279,48 @@ def test_from_scalars_maps_sb3_and_cleanrl_names():
     h = History.from_scalars(clean)
     assert h.steps == [512, 1024]  # episodic returns join updates instead of adding updates
     assert h.values("entropy") == [1.4, 1.3] and h.values("ep_return") == [-1150.0, -1000.0]
+
+
+# --- the critic against finished episodes (callback) ----------------------------------------
+def _rollouts(values, rewards, starts, size):
+    """Cut one env's steps into rollouts of ``size`` steps, as SB3's buffer holds them, with the
+    flag saying whether each rollout's last step ended an episode."""
+    import numpy as np
+
+    out = []
+    for a in range(0, len(values), size):
+        b = min(a + size, len(values))
+        last_end = starts[b] if b < len(starts) else True
+        out.append(
+            (
+                np.array(values[a:b])[:, None],
+                np.array(rewards[a:b])[:, None],
+                np.array(starts[a:b])[:, None],
+                [last_end],
+            )
+        )
+    return out
+
+
+def test_episode_returns_join_rollouts_and_compare_the_critic_with_discounted_returns():
+    from stability.callback import EpisodeReturns
+
+    gamma = 0.5
+    # two episodes, of 7 and 3 steps, paid 1 a step; rollouts of 3 steps split the first one twice
+    starts = [True] + [False] * 6 + [True, False, False]
+    rewards = [1.0] * 10
+    exact = [(1 - gamma ** (k)) / (1 - gamma) for k in (7, 6, 5, 4, 3, 2, 1, 3, 2, 1)]
+    for values, error, r2 in ((exact, 0.0, 1.0), ([0.0] * 10, 1.0, None)):
+        tracker = EpisodeReturns(gamma, min_pairs=8)
+        first, *rest = _rollouts(values, rewards, starts, 3)
+        tracker.add(*first)
+        assert tracker.pop() == {}  # no episode finished yet
+        for rollout in rest:
+            tracker.add(*rollout)
+        out = tracker.pop()
+        assert out["critic_error"] == pytest.approx(error, abs=1e-12)
+        if r2 is not None:
+            assert out["critic_r2"] == pytest.approx(r2)
+        else:
+            assert out["critic_r2"] < 0  # a critic at 0 explains none of the returns' variance
+        assert tracker.pop() == {}  # popped: the next record starts afresh
