@@ -324,3 +324,29 @@ def test_episode_returns_join_rollouts_and_compare_the_critic_with_discounted_re
         else:
             assert out["critic_r2"] < 0  # a critic at 0 explains none of the returns' variance
         assert tracker.pop() == {}  # popped: the next record starts afresh
+
+
+def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_clear():
+    n = 40
+    # the loss falls and explained variance is high (the critic fits its own bootstrapped
+    # targets), but against the returns its episodes paid it is off by 90% of their RMS
+    h = ppo_history(n, critic_error=[0.9] * n, critic_r2=[-3.0] * n)
+    finding = next(f for f in classify(h).findings if f.kind == "stuck_value_loss")
+    assert finding.certain and "90%" in finding.summary
+    # only half way through off, then fitting: the rules on the loss decide (healthy here)
+    h = ppo_history(n, critic_error=[0.9] * 20 + [0.5] * 20, critic_r2=[-3.0] * 20 + [0.3] * 20)
+    assert classify(h).verdict == "healthy"
+    # a flat loss with explained variance ~0 is stuck by the loss rules...
+    flat = {
+        "value_loss": [50.0 + (i % 3) for i in range(n)],
+        "explained_variance": [1e-5] * n,
+        "return_rms": [10.0] * n,
+    }
+    assert classify(ppo_history(n, **flat)).verdict == "stuck_value_loss"
+    # ... unless the critic is measured close to the returns its episodes paid (near-constant
+    # returns it predicts, which explained variance cannot credit) ...
+    assert classify(ppo_history(n, **flat, critic_error=[0.2] * n, critic_r2=[0.1] * n)).verdict == "healthy"
+    # ... and between the two bars, or with too few records, the loss rules stand
+    assert classify(ppo_history(n, **flat, critic_error=[0.6] * n)).verdict == "stuck_value_loss"
+    sparse = [0.2 if i % 20 == 0 else math.nan for i in range(n)]
+    assert classify(ppo_history(n, **flat, critic_error=sparse)).verdict == "stuck_value_loss"

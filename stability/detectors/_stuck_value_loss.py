@@ -26,6 +26,16 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   ``pinned_share`` of the window while the returns do not rise;
 - or, once such a run has ended, explained variance never above ``ev_max`` at any update.
 
+With the callback's ``critic_error`` and ``critic_r2`` (its values against the discounted returns
+of the episodes its rollouts finished, not against its own bootstrapped targets), that measurement
+decides where it is clear: stuck when the median error is at least ``critic_error_off`` of the
+returns' RMS, explaining under ``critic_r2_max`` of their variance, over both the last window's
+records and the window ending half way through the records; never stuck when the last window's
+median error is under ``critic_error_fit``. Between the two (the label's bar, 0.6, lies there and
+runs sit on either side of it), or with fewer than ``critic_records`` records in a window, the
+rules above decide. It catches what the loss cannot show: an A2C critic that fits its 5-step
+targets ``r + gamma * V(s')`` while predicting ~0 of what the episodes return.
+
 Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
 hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
 """
@@ -77,7 +87,12 @@ class StuckValueLoss(Detector):
         # live check would stop it.
         never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
         evidence["ev_best"] = best_ev
-        if rms:
+        clear = _against_the_returns(history, t, w, evidence)
+        if clear is False:
+            return None
+        if clear:
+            pass
+        elif rms:
             relative = late / max(median(rms) ** 2, 1e-12)
             evidence["value_loss_over_return_sq"] = relative
             # Still relative_alone of the returns' mean square: whatever explained variance says
@@ -86,8 +101,8 @@ class StuckValueLoss(Detector):
             # has not learnt the returns. Healthy critics of the corpus stay under 0.15.
             alone = relative >= t["relative_alone"]
             usual = ev <= t["ev_max"] and not fell and relative >= t["relative_floor"]
-            late = never_fit and relative >= t["relative_never_fit"]
-            if not (alone or usual or late):
+            ended_unfit = never_fit and relative >= t["relative_never_fit"]
+            if not (alone or usual or ended_unfit):
                 return None
         elif ev > t["ev_max"]:
             return None
@@ -108,16 +123,42 @@ class StuckValueLoss(Detector):
             causes.insert(
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
+        message = (
+            f"the critic is off the episodes' discounted returns by {evidence['critic_error_last']:.0%} of their "
+            f"RMS (explained share {evidence['critic_r2_last']:.2f})"
+            if clear
+            else f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
+        )
         return Finding(
             self.name,
             history.step_of(n - w),
-            f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}",
+            message,
             evidence,
             advice.texts(patches),
             causes,
             certain=not short,
             patches=patches,
         )
+
+
+def _against_the_returns(history: History, t: dict[str, Any], w: int, evidence: dict[str, Any]) -> bool | None:
+    """The callback's critic_error / critic_r2 where they are clear: True (far off the returns over
+    the last window and the window ending half way), False (close to them over the last window),
+    None (between, or fewer than ``critic_records`` records in a window)."""
+    k, n = t["critic_records"], len(history)
+    medians = {}
+    for name, (a, b) in (("last", (n - w, n)), ("half", (n // 2 - w, n // 2))):
+        errors = [v for i, v in history.indexed("critic_error") if a <= i < b and math.isfinite(v)]
+        r2s = [v for i, v in history.indexed("critic_r2") if a <= i < b and math.isfinite(v)]
+        if len(errors) < k:
+            return None
+        # returns with no spread (a constant the critic may well predict) leave r2 undefined
+        medians[name] = (median(errors), median(r2s) if r2s else math.nan)
+        evidence[f"critic_error_{name}"], evidence[f"critic_r2_{name}"] = medians[name]
+    if medians["last"][0] < t["critic_error_fit"]:
+        return False
+    off = all(e >= t["critic_error_off"] and not r2 >= t["critic_r2_max"] for e, r2 in medians.values())
+    return True if off else None
 
 
 def _discounted_scale(history: History, w: int) -> float:
