@@ -66,8 +66,7 @@ class StuckValueLoss(Detector):
         w = window_size(history, t) if n >= 2 * t["min_window"] else max(1, n // 2)
         early = median(history.before("value_loss", w))
         late = median(history.values("value_loss", last=w))
-        evs = history.values("explained_variance", last=w)
-        ev = median(evs)
+        ev = median(history.values("explained_variance", last=w))
         evidence: dict[str, Any] = {
             "value_loss_first_window": early,
             "value_loss_last_window": late,
@@ -76,8 +75,6 @@ class StuckValueLoss(Detector):
         }
         if not (math.isfinite(early) and math.isfinite(late) and math.isfinite(ev)):
             return None
-        fell = late < t["fall_ratio"] * early
-        rms = history.values("return_rms", last=w)
         ppo_style = history.has("approx_kl")
         best_ev = max((v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan)
         # PPO-style batches make explained variance a reliable number: a critic that never
@@ -88,33 +85,8 @@ class StuckValueLoss(Detector):
         never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
         evidence["ev_best"] = best_ev
         clear = _against_the_returns(history, t, w, evidence)
-        if clear is False:
+        if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, never_fit)):
             return None
-        if clear:
-            pass
-        elif rms:
-            relative = late / max(median(rms) ** 2, 1e-12)
-            evidence["value_loss_over_return_sq"] = relative
-            # Still relative_alone of the returns' mean square: whatever explained variance says
-            # (it can track their variation around a badly wrong level) and however far the loss
-            # fell (with its targets: a shrinking reward, a policy that stopped moving), the critic
-            # has not learnt the returns. Healthy critics of the corpus stay under 0.15.
-            alone = relative >= t["relative_alone"]
-            usual = ev <= t["ev_max"] and not fell and relative >= t["relative_floor"]
-            ended_unfit = never_fit and relative >= t["relative_never_fit"]
-            if not (alone or usual or ended_unfit):
-                return None
-        elif ev > t["ev_max"]:
-            return None
-        else:
-            scale = _discounted_scale(history, w)
-            episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
-            pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
-            evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
-            big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
-            flat_critic = not fell and ppo_style and pinned >= t["pinned_share"] and not returns_rose(history, w)
-            if not (big or flat_critic or never_fit):
-                return None
         causes, patches = _causes(history, t, evidence)
         # Fewer than min_certain_updates updates or min_certain_steps env steps: a critic that has
         # not fit yet may only need more of them (a smoke-test budget); a warning, never a stop.
@@ -125,7 +97,7 @@ class StuckValueLoss(Detector):
             )
         message = (
             f"the critic is off the episodes' discounted returns by {evidence['critic_error_last']:.0%} of their "
-            f"RMS (explained share {evidence['critic_r2_last']:.2f})"
+            f"RMS (and explains {evidence['critic_r2_last']:.2f} of their variance)"
             if clear
             else f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
         )
@@ -139,6 +111,33 @@ class StuckValueLoss(Detector):
             certain=not short,
             patches=patches,
         )
+
+
+def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[str, Any], never_fit: bool) -> bool:
+    """The rules on the logged value loss and explained variance (the first two lists above)."""
+    early, late = evidence["value_loss_first_window"], evidence["value_loss_last_window"]
+    evs = history.values("explained_variance", last=w)
+    ev, fell = evidence["explained_variance_median"], late < t["fall_ratio"] * early
+    rms = history.values("return_rms", last=w)
+    if rms:
+        relative = late / max(median(rms) ** 2, 1e-12)
+        evidence["value_loss_over_return_sq"] = relative
+        # Still relative_alone of the returns' mean square: whatever explained variance says
+        # (it can track their variation around a badly wrong level) and however far the loss
+        # fell (with its targets: a shrinking reward, a policy that stopped moving), the critic
+        # has not learnt the returns. Healthy critics of the corpus stay under 0.15.
+        alone = relative >= t["relative_alone"]
+        usual = ev <= t["ev_max"] and not fell and relative >= t["relative_floor"]
+        return alone or usual or (never_fit and relative >= t["relative_never_fit"])
+    if ev > t["ev_max"]:
+        return False
+    scale = _discounted_scale(history, w)
+    episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
+    pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
+    evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
+    big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
+    flat_critic = not fell and history.has("approx_kl") and pinned >= t["pinned_share"] and not returns_rose(history, w)
+    return big or flat_critic or never_fit
 
 
 def _against_the_returns(history: History, t: dict[str, Any], w: int, evidence: dict[str, Any]) -> bool | None:
