@@ -353,20 +353,26 @@ class EpisodeReturns:
     with A2C's 5-step rollouts a critic that predicts ~0 everywhere fits ``r + gamma * V(s')`` well
     and looks fine while it is far from what the episodes return. Here each env's steps (the
     critic's value when the step was taken, and the reward as the algorithm saw it: normalised,
-    with SB3's bootstrap already added at a time limit) are kept until the episode ends, across
-    rollouts; the finished episode's discounted returns are then compared with those values.
-    :meth:`pop` gives ``critic_error`` (the RMS of the error over the RMS of the returns) and
-    ``critic_r2`` (the share of the returns' variance the critic explains) over the episodes
-    finished since the last pop, once ``min_pairs`` steps have gathered (until then they carry
-    over). Pooled sums only: memory is one unfinished episode per env (capped at ``cap`` steps;
-    a longer one is dropped unmeasured).
+    and with SB3's ``gamma * V(s_T)`` already added where a time limit cut the episode, the one
+    place the critic's own estimate enters) are kept until the episode ends, across rollouts; the
+    finished episode's discounted returns are then compared with those values. :meth:`pop` gives
+    ``critic_error`` (the RMS of the error over the RMS of the returns) and ``critic_r2`` (the
+    share of the returns' variance the critic explains) over the episodes finished since the last
+    pop, once ``min_pairs`` steps have gathered (until then they carry over), and nothing while the
+    returns are all ~0 (a constant zero reward, a sparse one not yet found: no scale to measure
+    against). Pooled sums only (the variance merged per episode, so a large mean loses no
+    precision): memory is one unfinished episode per env; past ``cap`` steps its oldest steps are
+    dropped, and only its last ``cap`` are measured.
     """
 
     def __init__(self, gamma: float, min_pairs: int = 32, cap: int = 10_000) -> None:
         self.gamma, self.min_pairs, self.cap = gamma, min_pairs, cap
         self._open: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-        self._n = 0
-        self._sums = np.zeros(3)  # sum of squared errors, of returns, of squared returns
+        self._reset()
+
+    def _reset(self) -> None:
+        # pairs, squared error summed, returns' mean, their squared deviations summed, squares summed
+        self._n, self._err, self._mean, self._dev, self._square = 0, 0.0, 0.0, 0.0, 0.0
 
     def add(self, values: np.ndarray, rewards: np.ndarray, starts: np.ndarray, last_ends: Any) -> None:
         """One rollout, arrays of shape (steps, envs); ``starts[t]`` marks step t as the first of an
@@ -377,19 +383,19 @@ class EpisodeReturns:
         ends = np.asarray(last_ends).reshape(-1) if last_ends is not None else np.zeros(values.shape[1])
         for env in range(values.shape[1]):
             cuts = [0, *np.flatnonzero(starts[1:, env]) + 1, len(values)]
-            for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True):
                 if a > 0 or starts[0, env]:
-                    self._close(env)
-                if b > a:
-                    kept = self._open.setdefault(env, ([], []))
-                    kept[0].append(values[a:b, env])
-                    kept[1].append(rewards[a:b, env])
+                    self._finish(env)
+                kept = self._open.setdefault(env, ([], []))
+                kept[0].append(values[a:b, env])
+                kept[1].append(rewards[a:b, env])
+            kept = self._open[env]
+            if sum(len(v) for v in kept[0]) > self.cap:
+                self._open[env] = ([np.concatenate(kept[0])[-self.cap :]], [np.concatenate(kept[1])[-self.cap :]])
             if env < len(ends) and ends[env]:
-                self._close(env)
-            if env in self._open and sum(len(v) for v in self._open[env][0]) > self.cap:
-                del self._open[env]
+                self._finish(env)
 
-    def _close(self, env: int) -> None:
+    def _finish(self, env: int) -> None:
         kept = self._open.pop(env, None)
         if not kept:
             return
@@ -403,19 +409,26 @@ class EpisodeReturns:
         if not ok.any():
             return
         v, g = values[ok], returns[ok]
-        self._n += len(g)
-        self._sums += (float(np.sum((v - g) ** 2)), float(np.sum(g)), float(np.sum(g * g)))
+        n, mean = len(g), float(g.mean())
+        total = self._n + n
+        delta = mean - self._mean
+        self._dev += float(np.sum((g - mean) ** 2)) + delta * delta * self._n * n / total
+        self._mean += delta * n / total
+        self._n = total
+        self._err += float(np.sum((v - g) ** 2))
+        self._square += float(np.sum(g * g))
 
     def pop(self) -> dict[str, float]:
         if self._n < self.min_pairs:
             return {}
-        n, (err, total, square) = self._n, self._sums
-        mse, mean_sq, mean = err / n, square / n, total / n
-        var = mean_sq - mean * mean
-        out = {"critic_error": math.sqrt(mse) / max(math.sqrt(mean_sq), 1e-12)}
-        if var > 1e-12 * max(mean_sq, 1e-12):
+        n = self._n
+        mse, mean_sq, var = self._err / n, self._square / n, self._dev / n
+        self._reset()
+        if not math.isfinite(mse) or mean_sq <= 1e-16:  # returns all ~0: nothing to measure against
+            return {}
+        out = {"critic_error": math.sqrt(mse) / math.sqrt(mean_sq)}
+        if var > 1e-12 * mean_sq:
             out["critic_r2"] = 1.0 - mse / var
-        self._n, self._sums = 0, np.zeros(3)
         return out
 
 

@@ -331,8 +331,10 @@ def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_cl
     # the loss falls and explained variance is high (the critic fits its own bootstrapped
     # targets), but against the returns its episodes paid it is off by 90% of their RMS
     h = ppo_history(n, critic_error=[0.9] * n, critic_r2=[-3.0] * n)
-    finding = next(f for f in classify(h).findings if f.kind == "stuck_value_loss")
+    finding = next(f for f in classify(h, final=True).findings if f.kind == "stuck_value_loss")
     assert finding.certain and "90%" in finding.summary
+    # judged once the run has ended only: a live check (what stop_on acts on) leaves it to the loss
+    assert classify(h).verdict == "healthy"
     # only half way through off, then fitting: the rules on the loss decide (healthy here)
     h = ppo_history(n, critic_error=[0.9] * 20 + [0.5] * 20, critic_r2=[-3.0] * 20 + [0.3] * 20)
     assert classify(h).verdict == "healthy"
@@ -350,3 +352,35 @@ def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_cl
     assert classify(ppo_history(n, **flat, critic_error=[0.6] * n)).verdict == "stuck_value_loss"
     sparse = [0.2 if i % 20 == 0 else math.nan for i in range(n)]
     assert classify(ppo_history(n, **flat, critic_error=sparse)).verdict == "stuck_value_loss"
+    # close to the returns over the last window is enough, whatever the half-way window holds
+    late_only = [math.nan] * 24 + [0.2] * 16
+    assert classify(ppo_history(n, **flat, critic_error=late_only), final=True).verdict == "healthy"
+
+
+def test_episode_returns_measure_nothing_against_returns_of_zero_and_keep_envs_apart():
+    import numpy as np
+
+    from stability.callback import EpisodeReturns
+
+    # a constant zero reward: the critic's small outputs are no error of any size worth a number
+    tracker = EpisodeReturns(0.99, min_pairs=4)
+    tracker.add(np.full((8, 1), 1e-3), np.zeros((8, 1)), np.array([[1]] + [[0]] * 7), [True])
+    assert tracker.pop() == {}
+    # two envs, episodes ending at different steps; env 1's critic is exact, env 0's predicts 0
+    gamma = 0.9
+    rewards = np.ones((6, 2))
+    starts = np.array([[1, 1], [0, 0], [0, 0], [1, 0], [0, 0], [0, 0]])  # env 0: 3 + 3 steps, env 1: 6
+    exact = lambda k: (1 - gamma**k) / (1 - gamma)  # noqa: E731
+    values = np.array([[0.0, exact(6 - t)] for t in range(6)])
+    tracker = EpisodeReturns(gamma, min_pairs=1)
+    tracker.add(values, rewards, starts, [True, True])
+    returns = [exact(3), exact(2), exact(1)] * 2 + [exact(6 - t) for t in range(6)]
+    errors = [r for r in returns[:6]] + [0.0] * 6
+    expected = math.sqrt(sum(e * e for e in errors) / 12) / math.sqrt(sum(r * r for r in returns) / 12)
+    assert tracker.pop()["critic_error"] == pytest.approx(expected)
+    # an episode longer than the cap keeps and measures its last steps only
+    tracker = EpisodeReturns(gamma, min_pairs=1, cap=4)
+    for _ in range(3):
+        tracker.add(np.zeros((3, 1)), np.ones((3, 1)), np.zeros((3, 1)), [False])
+    tracker.add(np.zeros((1, 1)), np.ones((1, 1)), np.zeros((1, 1)), [True])
+    assert tracker._n == 4

@@ -19,19 +19,21 @@ window's value loss is:
 From a plain log (no ``return_rms``), with explained variance at or below ``ev_max``:
 
 - a loss that has not fallen and is at least ``relative_floor_episode`` times the square of the
-  discounted return estimated from the episodes' return and length (a lower bound on the
-  targets' scale when rewards reached the critic normalised);
+  discounted return estimated from the episodes' return and length (the targets' scale when
+  rewards reach the critic as the env paid them; with normalised rewards it can be far off either
+  way: on Pendulum it overstates them);
 - or, for PPO-style logs (large batches, where explained variance is a reliable number), a loss
   that has not fallen with explained variance pinned within ``ev_pinned`` of 0 on
   ``pinned_share`` of the window while the returns do not rise;
 - or, once such a run has ended, explained variance never above ``ev_max`` at any update.
 
 With the callback's ``critic_error`` and ``critic_r2`` (its values against the discounted returns
-of the episodes its rollouts finished, not against its own bootstrapped targets), that measurement
-decides where it is clear: stuck when the median error is at least ``critic_error_off`` of the
-returns' RMS, explaining under ``critic_r2_max`` of their variance, over both the last window's
-records and the window ending half way through the records; never stuck when the last window's
-median error is under ``critic_error_fit``. Between the two (the label's bar, 0.6, lies there and
+of the episodes its rollouts finished, bootstrapped only where a time limit cut an episode,
+rather than against its own n-step targets), that measurement decides where it is clear: never
+stuck when the last window's median error is under ``critic_error_fit`` of the returns' RMS;
+once the run has ended, stuck when the median error is at least ``critic_error_off``, explaining
+under ``critic_r2_max`` of their variance, over both the last window's records and the window
+ending half way through them. Between the two (the label's bar, 0.6, lies there and
 runs sit on either side of it), or with fewer than ``critic_records`` records in a window, the
 rules above decide. It catches what the loss cannot show: an A2C critic that fits its 5-step
 targets ``r + gamma * V(s')`` while predicting ~0 of what the episodes return.
@@ -84,7 +86,7 @@ class StuckValueLoss(Detector):
         # live check would stop it.
         never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
         evidence["ev_best"] = best_ev
-        clear = _against_the_returns(history, t, w, evidence)
+        clear = _against_the_returns(history, t, w, evidence, final)
         if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, never_fit)):
             return None
         causes, patches = _causes(history, t, evidence)
@@ -96,8 +98,7 @@ class StuckValueLoss(Detector):
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
         message = (
-            f"the critic is off the episodes' discounted returns by {evidence['critic_error_last']:.0%} of their "
-            f"RMS (and explains {evidence['critic_r2_last']:.2f} of their variance)"
+            _off_message(evidence["critic_error_last"], evidence["critic_r2_last"])
             if clear
             else f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
         )
@@ -140,10 +141,18 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     return big or flat_critic or never_fit
 
 
-def _against_the_returns(history: History, t: dict[str, Any], w: int, evidence: dict[str, Any]) -> bool | None:
-    """The callback's critic_error / critic_r2 where they are clear: True (far off the returns over
-    the last window and the window ending half way), False (close to them over the last window),
-    None (between, or fewer than ``critic_records`` records in a window)."""
+def _off_message(error: float, r2: float) -> str:
+    size = f"{error:.0%} of their RMS" if error < 10 else f"{error:.3g} times their RMS"
+    share = f" and explains {r2:.2f} of their variance" if math.isfinite(r2) else ""
+    return f"the critic is off the discounted returns its episodes paid by {size}{share}"
+
+
+def _against_the_returns(
+    history: History, t: dict[str, Any], w: int, evidence: dict[str, Any], final: bool
+) -> bool | None:
+    """The callback's critic_error / critic_r2 where they are clear: False (close to the returns over
+    the last window), True (once the run has ended, far off them over the last window and the window
+    ending half way), None (between, or fewer than ``critic_records`` records in a window)."""
     k, n = t["critic_records"], len(history)
     medians = {}
     for name, (a, b) in (("last", (n - w, n)), ("half", (n // 2 - w, n // 2))):
@@ -154,16 +163,19 @@ def _against_the_returns(history: History, t: dict[str, Any], w: int, evidence: 
         # returns with no spread (a constant the critic may well predict) leave r2 undefined
         medians[name] = (median(errors), median(r2s) if r2s else math.nan)
         evidence[f"critic_error_{name}"], evidence[f"critic_r2_{name}"] = medians[name]
-    if medians["last"][0] < t["critic_error_fit"]:
-        return False
+        if name == "last" and medians[name][0] < t["critic_error_fit"]:
+            return False
+    # Judged only once the run has ended, like the never-fit rule: how a live check would treat
+    # a slow critic has not been measured, and stop_on would act on it.
     off = all(e >= t["critic_error_off"] and not r2 >= t["critic_r2_max"] for e, r2 in medians.values())
-    return True if off else None
+    return True if final and off else None
 
 
 def _discounted_scale(history: History, w: int) -> float:
     """The size of the critic's targets estimated from a plain log: the mean reward per step
     (episode return / length) summed over the episode with the discount (gamma from the run's
-    context, else 0.99). A lower bound when rewards reached the critic normalised."""
+    context, else 0.99). The targets' scale when rewards reach the critic as the env paid them; not
+    when they reach it normalised (on Pendulum it then overstates them)."""
     returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
     if not returns:
         return math.nan
