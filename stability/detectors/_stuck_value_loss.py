@@ -47,6 +47,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from stability import advice
 from stability.detectors._base import Detector, median, progress, returns_rose, window_size
 from stability.findings import Finding
@@ -154,10 +156,16 @@ def _against_the_returns(
     the last window), True (once the run has ended, far off them over the last window and the window
     ending half way), None (between, or fewer than ``critic_records`` records in a window)."""
     k, n = t["critic_records"], len(history)
+    series = {key: history.arrays(key) for key in ("critic_error", "critic_r2")}  # read once, sliced twice
+
+    def window(key: str, a: int, b: int) -> list[float]:
+        at, values = series[key]
+        chosen = values[(at >= a) & (at < b)]
+        return [float(v) for v in chosen[np.isfinite(chosen)]]
+
     medians = {}
     for name, (a, b) in (("last", (n - w, n)), ("half", (n // 2 - w, n // 2))):
-        errors = [v for i, v in history.indexed("critic_error") if a <= i < b and math.isfinite(v)]
-        r2s = [v for i, v in history.indexed("critic_r2") if a <= i < b and math.isfinite(v)]
+        errors, r2s = window("critic_error", a, b), window("critic_r2", a, b)
         if len(errors) < k:
             return None
         # returns with no spread (a constant the critic may well predict) leave r2 undefined
