@@ -77,8 +77,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "relative_floor_episode": 0.1,
         "ev_pinned": 1.0e-3,
         "pinned_share": 0.6,
-        "critic_error_off": 0.8,
-        "critic_error_fit": 0.4,
+        "critic_error_off": 0.65,
+        "critic_error_fit": 0.55,
         "critic_r2_max": 0.2,
         "critic_records": 3,
         "weight_decay": 0.01,
@@ -95,6 +95,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "std_max": 0.05,
         "entropy_drop": 3.0,
         "min_gain": 0.1,
+        "min_gain_spread": 1.0,
     },
 }
 

@@ -186,6 +186,20 @@ def test_a_sparse_task_solved_to_its_cap_is_not_entropy_collapse():
     assert judge(_discrete_history(collapsed, [0.8, 0.93, 0.96] + [0.9] * (n - 3))).verdict == "entropy_collapse"
 
 
+def test_a_small_gain_on_returns_with_a_large_offset_is_learning_when_it_beats_their_noise():
+    n = 40
+    collapsed = [0.69 * 0.9**i for i in range(n)]
+    # a reward paid every step: the untrained policy's episodes return 40 +- 1, the trained one's 43
+    # (7% more, under min_gain's 10%, but three times the early episodes' spread)
+    early = [40.0, 41.0, 39.0, 40.5, 39.5, 41.5, 38.5, 40.0, 40.0, 40.0]
+    h = _discrete_history(collapsed, early + [43.0] * (n - len(early)))
+    assert judge(h).verdict == "healthy"
+    # the same gain over episodes that were noisier than it to begin with is no evidence of learning
+    noisy = [40.0, 46.0, 34.0, 44.0, 36.0, 48.0, 32.0, 40.0, 40.0, 40.0]
+    finding = judge(_discrete_history(collapsed, noisy + [43.0] * (n - len(noisy)))).findings[0]
+    assert finding.kind == "entropy_collapse" and finding.evidence["return_early_spread"] > 3.0
+
+
 def test_plain_log_of_a_policy_saturated_from_the_start_is_read_against_ln2():
     n = 40
     # a plain log (no entropy_max): the first entropy logged is already tiny

@@ -7,17 +7,22 @@ Certain once ``min_progress`` of the budget is done (or at the end of a run of u
   Gaussian policies' mean std (``std``) below ``std_max``, or, without ``std``, entropy fallen by
   at least ``entropy_drop`` nats from its first value;
 - it got there in the first ``by_progress`` of the run and stayed there;
-- and the returns stall: the last window's median is not ``min_gain`` above the first few
-  returns (the untrained policy's), or it has fallen back by more than half of what the run
-  gained at its best. A policy that converged by learning (a solved task) is not entropy collapse:
-  neither is one whose recent episodes all pay the best total the run has seen (a sparse reward
-  paid on reaching a goal caps the return, so it cannot rise further).
+- and the returns stall: the last window's median is neither ``min_gain`` of their size above the
+  first few returns (the untrained policy's) nor ``min_gain_spread`` times the early returns' own
+  spread above them (a return with a large offset, e.g. a reward paid every step, gains little in
+  proportion when it learns, but clearly against its episode-to-episode noise), or it has fallen
+  back by more than half of what the run gained at its best. A policy that converged by learning
+  (a solved task) is not entropy collapse: neither is one whose recent episodes all pay the best
+  total the run has seen (a sparse reward paid on reaching a goal caps the return, so it cannot
+  rise further).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+import numpy as np
 
 from stability import advice
 from stability.detectors._base import Detector, determinism_limit, is_continuous, median, progress, window_size
@@ -105,8 +110,13 @@ def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | 
     best = max(median(returns[i : i + k]) for i in range(0, len(returns) - k + 1))
     if min(tail) == max(tail) == max(returns) > first:
         return None  # every recent episode pays the best total the run has seen: a solved task
-    no_gain = late < first + t["min_gain"] * max(abs(first), 1e-8)
+    early = np.asarray(returns[:k])
+    q1, q3 = np.percentile(early, [25, 75])
+    spread = max(float(q3 - q1), float(early.std()))  # the untrained policy's episode-to-episode noise
+    no_gain = late < first + t["min_gain"] * max(abs(first), 1e-8) and not (
+        spread > 0 and late - first >= t["min_gain_spread"] * spread
+    )
     fell_back = best > first and late < best - 0.5 * (best - first)
     if not (no_gain or fell_back):
         return None
-    return {"return_first": first, "return_best": best, "return_last": late}
+    return {"return_first": first, "return_best": best, "return_last": late, "return_early_spread": spread}
