@@ -367,7 +367,8 @@ class EpisodeReturns:
 
     def __init__(self, gamma: float, min_pairs: int = 32, cap: int = 10_000) -> None:
         self.gamma, self.min_pairs, self.cap = gamma, min_pairs, cap
-        self._open: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        # per env, the unfinished episode: its values' and rewards' pieces, and their total length
+        self._open: dict[int, tuple[list[np.ndarray], list[np.ndarray], list[int]]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -380,31 +381,51 @@ class EpisodeReturns:
         values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
         rewards = np.asarray(rewards, dtype=np.float64).reshape(values.shape)
         starts = np.asarray(starts).reshape(values.shape)
-        ends = np.asarray(last_ends).reshape(-1) if last_ends is not None else np.zeros(values.shape[1])
-        for env in range(values.shape[1]):
-            cuts = [0, *np.flatnonzero(starts[1:, env]) + 1, len(values)]
-            for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-                if a > 0 or starts[0, env]:
+        n_envs = values.shape[1]
+        # Python lists for the per-env flags: indexing numpy arrays element by element is slow
+        ends = np.asarray(last_ends).reshape(-1).tolist() if last_ends is not None else []
+        first = starts[0].tolist()
+        inner = starts[1:].any(axis=0).reshape(-1).tolist()  # envs with an episode starting in this rollout
+        for env in range(n_envs):
+            if first[env]:
+                self._finish(env)
+            a = 0
+            if inner[env]:
+                for b in (np.flatnonzero(starts[1:, env]) + 1).tolist():
+                    self._keep(env, values[a:b, env], rewards[a:b, env])
                     self._finish(env)
-                kept = self._open.setdefault(env, ([], []))
-                kept[0].append(values[a:b, env])
-                kept[1].append(rewards[a:b, env])
-            kept = self._open[env]
-            if sum(len(v) for v in kept[0]) > self.cap:
-                self._open[env] = ([np.concatenate(kept[0])[-self.cap :]], [np.concatenate(kept[1])[-self.cap :]])
+                    a = b
+            self._keep(env, values[a:, env], rewards[a:, env])
             if env < len(ends) and ends[env]:
                 self._finish(env)
+
+    def _keep(self, env: int, values: np.ndarray, rewards: np.ndarray) -> None:
+        kept = self._open.setdefault(env, ([], [], [0]))
+        kept[0].append(values)
+        kept[1].append(rewards)
+        kept[2][0] += len(values)
+        if kept[2][0] > self.cap:
+            self._open[env] = (
+                [np.concatenate(kept[0])[-self.cap :]],
+                [np.concatenate(kept[1])[-self.cap :]],
+                [self.cap],
+            )
 
     def _finish(self, env: int) -> None:
         kept = self._open.pop(env, None)
         if not kept:
             return
         values, rewards = np.concatenate(kept[0]), np.concatenate(kept[1])
-        returns = np.empty_like(rewards)
-        running = 0.0
-        for t in range(len(rewards) - 1, -1, -1):
-            running = rewards[t] + self.gamma * running
-            returns[t] = running
+        if not len(values):
+            return
+        # the discounted return from each step, summed backwards (on lists: numpy's per-element
+        # access would cost more than the sum)
+        paid, gamma, running = rewards.tolist(), self.gamma, 0.0
+        backwards = []
+        for r in reversed(paid):
+            running = r + gamma * running
+            backwards.append(running)
+        returns = np.array(backwards[::-1])
         ok = np.isfinite(values) & np.isfinite(returns)
         if not ok.any():
             return
