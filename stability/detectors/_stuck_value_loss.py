@@ -6,29 +6,36 @@ run of fewer than ``min_certain_updates`` updates or ``min_certain_steps`` env s
 a warning (its critic may only need more updates).
 
 With the callback's ``return_rms`` (the scale of the critic's targets), stuck when the last
-window's value loss is: - at least ``relative_alone`` times the mean squared return, whatever
-explained variance says and however far the loss fell (it falls with its targets when the reward
-shrinks); - or at least ``relative_floor`` times it, the loss has not fallen below ``fall_ratio``
-times its first level, and explained variance stays at or below ``ev_max``. A critic lagging a
-fast-improving policy is a few percent off; one this far off has not learnt the returns' scale; -
-or, once a PPO-style run has ended, at least ``relative_never_fit`` times it while explained
-variance never rose above ``ev_max`` at any update. From a plain log (no ``return_rms``), with
-explained variance at or below ``ev_max``: - a loss that has not fallen and is at least
-``relative_floor_episode`` times the square of the discounted return estimated from the episodes'
-return and length (the targets' scale when rewards reach the critic as the env paid them; with
-normalised rewards it can be far off either way: on Pendulum it overstates them); - or, for PPO-
-style logs (large batches, where explained variance is a reliable number), a loss that has not
-fallen with explained variance pinned within ``ev_pinned`` of 0 on ``pinned_share`` of the window
-while the returns do not rise; - or, once such a run has ended, explained variance never above
-``ev_max`` at any update. With the callback's ``critic_error`` and ``critic_r2`` (its values
-against the discounted returns of the episodes its rollouts finished, bootstrapped only where a
-time limit cut an episode, rather than against its own n-step targets), that measurement decides
-where it is clear: never stuck when the last window's median error is under ``critic_error_fit``
-of the returns' RMS; once the run has ended, stuck when the median error is at least
-``critic_error_off``, explaining under ``critic_r2_max`` of their variance, over both the last
-window's records and the window ending half way through them. Between the two (a narrow band about
-the corpus label's bar, 0.6), or with fewer than ``critic_records`` records in a window, the rules
-above decide. It catches what the loss cannot show: an A2C critic that fits its 5-step targets
+window's value loss is:
+
+- at least ``relative_alone`` times the mean squared return, whatever explained variance says
+  and however far the loss fell (it falls with its targets when the reward shrinks);
+- or at least ``relative_floor`` times it, the loss has not fallen below ``fall_ratio`` times its
+  first level, and explained variance stays at or below ``ev_max``. A critic lagging a
+  fast-improving policy is a few percent off; one this far off has not learnt the returns' scale;
+- or, once a PPO-style run has ended, at least ``relative_never_fit`` times it while explained
+  variance never rose above ``ev_max`` at any update.
+
+From a plain log (no ``return_rms``), with explained variance at or below ``ev_max``:
+
+- a loss that has not fallen and is at least ``relative_floor_episode`` times the square of the
+  discounted return estimated from the episodes' return and length (the targets' scale when
+  rewards reach the critic as the env paid them; with normalised rewards it can be far off either
+  way: on Pendulum it overstates them);
+- or, for PPO-style logs (large batches, where explained variance is a reliable number), a loss
+  that has not fallen with explained variance pinned within ``ev_pinned`` of 0 on
+  ``pinned_share`` of the window while the returns do not rise;
+- or, once such a run has ended, explained variance never above ``ev_max`` at any update.
+
+With the callback's ``critic_error`` and ``critic_r2`` (its values against the discounted returns
+of the episodes its rollouts finished, bootstrapped only where a time limit cut an episode,
+rather than against its own n-step targets), that measurement decides where it is clear: never
+stuck when the last window's median error is under ``critic_error_fit`` of the returns' RMS;
+once the run has ended, stuck when the median error is at least ``critic_error_off``, explaining
+under ``critic_r2_max`` of their variance, over both the last window's records and the window
+ending half way through them. Between the two (a narrow band about the corpus label's bar,
+0.6), or with fewer than ``critic_records`` records in a window, the rules above decide. It
+catches what the loss cannot show: an A2C critic that fits its 5-step targets
 ``r + gamma * V(s')`` while predicting ~0 of what the episodes return.
 
 Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
