@@ -367,8 +367,7 @@ class EpisodeReturns:
 
     def __init__(self, gamma: float, min_pairs: int = 32, cap: int = 10_000) -> None:
         self.gamma, self.min_pairs, self.cap = gamma, min_pairs, cap
-        # per env, the unfinished episode: its values' and rewards' pieces, and their total length
-        self._open: dict[int, tuple[list[np.ndarray], list[np.ndarray], list[int]]] = {}
+        self._open: dict[int, _OpenEpisode] = {}  # per env, the episode not finished yet
         self._reset()
 
     def _reset(self) -> None:
@@ -400,24 +399,20 @@ class EpisodeReturns:
                 self._finish(env)
 
     def _keep(self, env: int, values: np.ndarray, rewards: np.ndarray) -> None:
-        kept = self._open.setdefault(env, ([], [], [0]))
-        kept[0].append(values)
-        kept[1].append(rewards)
-        kept[2][0] += len(values)
-        if kept[2][0] > self.cap:
-            self._open[env] = (
-                [np.concatenate(kept[0])[-self.cap :]],
-                [np.concatenate(kept[1])[-self.cap :]],
-                [self.cap],
-            )
+        kept = self._open.setdefault(env, _OpenEpisode())
+        kept.values.append(values)
+        kept.rewards.append(rewards)
+        kept.length += len(values)
+        if kept.length > self.cap:
+            kept.values = [np.concatenate(kept.values)[-self.cap :]]
+            kept.rewards = [np.concatenate(kept.rewards)[-self.cap :]]
+            kept.length = self.cap
 
     def _finish(self, env: int) -> None:
         kept = self._open.pop(env, None)
-        if not kept:
+        if kept is None:
             return
-        values, rewards = np.concatenate(kept[0]), np.concatenate(kept[1])
-        if not len(values):
-            return
+        values, rewards = np.concatenate(kept.values), np.concatenate(kept.rewards)
         # the discounted return from each step, summed backwards (on lists: numpy's per-element
         # access would cost more than the sum)
         paid, gamma, running = rewards.tolist(), self.gamma, 0.0
@@ -451,6 +446,17 @@ class EpisodeReturns:
         if var > 1e-12 * mean_sq:
             out["critic_r2"] = 1.0 - mse / var
         return out
+
+
+class _OpenEpisode:
+    """One env's episode not finished yet: its values' and rewards' pieces, and their total length."""
+
+    __slots__ = ("values", "rewards", "length")
+
+    def __init__(self) -> None:
+        self.values: list[np.ndarray] = []
+        self.rewards: list[np.ndarray] = []
+        self.length = 0
 
 
 def _number(value: Any) -> float | None:
