@@ -1,12 +1,15 @@
 """``entropy_collapse``: the policy became near-deterministic early, and its returns stall.
 
 Certain once ``min_progress`` of the budget is done (or at the end of a run of unknown budget) when:
-- the policy is near-deterministic over the last window: discrete policies' entropy below
-  ``entropy_fraction`` of the uniform policy's (known to the callback; from a plain log, the
-  first recorded entropy stands in, as an untrained policy is near uniform, floored at ln 2);
-  Gaussian policies' mean std (``std``) below ``std_max``, or, without ``std``, entropy fallen by
-  at least ``entropy_drop`` nats from its first value;
-- it got there in the first ``by_progress`` of the run and stayed there;
+- the policy became near-deterministic: discrete policies' entropy below ``entropy_fraction`` of
+  the uniform policy's (known to the callback; from a plain log, the first recorded entropy stands
+  in, as an untrained policy is near uniform, floored at ln 2); Gaussian policies' mean std
+  (``std``) below ``std_max``, or, without ``std``, entropy fallen by at least ``entropy_drop``
+  nats from its first value;
+- it got there in the first ``by_progress`` of the run and stayed near it since: under
+  ``stay_factor`` times the entropy fraction or the std bar (a policy that only hovers between
+  the two still explores; one that dipped under once and climbed back is not collapsed), under
+  the same bar for an entropy drop;
 - and the returns stall: the last window's median is neither ``min_gain`` of their size above the
   first few returns (the untrained policy's) nor ``min_gain_spread`` times the early returns' own
   spread above them (a return with a large offset, e.g. a reward paid every step, gains little in
@@ -45,8 +48,8 @@ class EntropyCollapse(Detector):
         collapsed = self._collapsed_from(history, t)
         if collapsed is None:
             return None
-        start, evidence = collapsed
-        if history.step_of(start) > t["by_progress"] * max(history.total_steps or history.last_step, 1):
+        start, reached, evidence = collapsed
+        if history.step_of(reached) > t["by_progress"] * max(history.total_steps or history.last_step, 1):
             return None
         stall = _stalled(history, w, t)
         if stall is None:
@@ -83,20 +86,29 @@ class EntropyCollapse(Detector):
             patches=patches,
         )
 
-    def _collapsed_from(self, history: History, t: dict[str, Any]) -> tuple[int, dict] | None:
-        """Update index from which the policy has stayed near-deterministic, and the evidence."""
+    def _collapsed_from(self, history: History, t: dict[str, Any]) -> tuple[int, int, dict] | None:
+        """The update index from which the policy has stayed near-deterministic (under the stay bar),
+        the first index of that stretch under the bar it had to reach, and the evidence."""
         found = determinism_limit(history, t["entropy_fraction"], t["std_max"], t["entropy_drop"])
         if found is None:
             return None
         name, limit = found
+        # an entropy fraction or a std scales; an entropy drop in nats does not
+        ratio = name == "std" or not is_continuous(history)
+        stay = limit * t["stay_factor"] if ratio else limit
         indices, values = zip(*history.indexed(name), strict=False)
-        hold = [math.isfinite(v) and v < limit for v in values]
+        hold = [math.isfinite(v) and v < stay for v in values]
         if not hold[-1]:
             return None
         k = len(hold) - 1
         while k > 0 and hold[k - 1]:
             k -= 1
-        return indices[k], {f"{name}_first": values[0], f"{name}_last": values[-1], f"{name}_limit": limit}
+        reached = next((j for j in range(k, len(values)) if values[j] < limit), None)
+        if reached is None:
+            return None
+        evidence = {f"{name}_first": values[0], f"{name}_last": values[-1], f"{name}_limit": limit}
+        evidence[f"{name}_stay_limit"] = stay
+        return indices[k], indices[reached], evidence
 
 
 def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | None:
@@ -110,6 +122,10 @@ def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | 
     best = max(median(returns[i : i + k]) for i in range(0, len(returns) - k + 1))
     if min(tail) == max(tail) == max(returns) > first:
         return None  # every recent episode pays the best total the run has seen: a solved task
+    if min(returns) == max(returns):
+        # the same total from the first record to the last (a goal reached in every episode, or in
+        # none): no better level and no early trend the returns could stall below
+        return None
     early = np.asarray(returns[:k])
     q1, q3 = np.percentile(early, [25, 75])
     spread = max(float(q3 - q1), float(early.std()))  # the untrained policy's episode-to-episode noise

@@ -38,6 +38,7 @@ GRID: dict[tuple[str, str], list[Any]] = {
     ("stuck_value_loss", "ev_max"): [0.05, 0.1, 0.2, 0.3],
     ("entropy_collapse", "min_gain"): [0.0, 0.05, 0.1, 0.2, 0.3],
     ("entropy_collapse", "entropy_fraction"): [0.05, 0.1, 0.2],
+    ("entropy_collapse", "stay_factor"): [1.0, 2.0, 4.0],
     ("entropy_collapse", "std_max"): [0.02, 0.05, 0.1],
     ("dead_policy_gradient", "kl_max"): [3e-5, 1e-4, 3e-4, 1e-3],
     ("dead_policy_gradient", "min_progress"): [0.3, 0.5, 0.7],
