@@ -45,7 +45,7 @@ class EntropyCollapse(Detector):
             return None
         w = window_size(history, t)
         continuous = is_continuous(history)
-        collapsed = self._collapsed_from(history, t)
+        collapsed = self._collapsed_from(history, t, continuous)
         if collapsed is None:
             return None
         start, reached, evidence = collapsed
@@ -86,7 +86,7 @@ class EntropyCollapse(Detector):
             patches=patches,
         )
 
-    def _collapsed_from(self, history: History, t: dict[str, Any]) -> tuple[int, int, dict] | None:
+    def _collapsed_from(self, history: History, t: dict[str, Any], continuous: bool) -> tuple[int, int, dict] | None:
         """The update index from which the policy has stayed near-deterministic (under the stay bar),
         the first index of that stretch under the bar it had to reach, and the evidence."""
         found = determinism_limit(history, t["entropy_fraction"], t["std_max"], t["entropy_drop"])
@@ -94,8 +94,7 @@ class EntropyCollapse(Detector):
             return None
         name, limit = found
         # an entropy fraction or a std scales; an entropy drop in nats does not
-        ratio = name == "std" or not is_continuous(history)
-        stay = limit * t["stay_factor"] if ratio else limit
+        stay = limit if name == "entropy" and continuous else limit * t["stay_factor"]
         indices, values = zip(*history.indexed(name), strict=False)
         hold = [math.isfinite(v) and v < stay for v in values]
         if not hold[-1]:
@@ -106,8 +105,12 @@ class EntropyCollapse(Detector):
         reached = next((j for j in range(k, len(values)) if values[j] < limit), None)
         if reached is None:
             return None
-        evidence = {f"{name}_first": values[0], f"{name}_last": values[-1], f"{name}_limit": limit}
-        evidence[f"{name}_stay_limit"] = stay
+        evidence = {
+            f"{name}_first": values[0],
+            f"{name}_last": values[-1],
+            f"{name}_limit": limit,
+            f"{name}_stay_limit": stay,
+        }
         return indices[k], indices[reached], evidence
 
 
