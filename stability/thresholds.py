@@ -81,6 +81,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "critic_error_fit": 0.55,
         "critic_r2_max": 0.2,
         "critic_records": 3,
+        "critic_records_sparse": 2,
         "weight_decay": 0.01,
         "return_scale": 100.0,
     },

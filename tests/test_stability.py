@@ -357,6 +357,52 @@ def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_cl
     assert classify(ppo_history(n, **flat, critic_error=late_only), final=True).verdict == "healthy"
 
 
+def test_records_too_few_for_a_window_are_read_together_over_the_second_half():
+    # episodes of hundreds of steps end a few times a run: one record in each window, two in the
+    # run's second half. The loss falls and explained variance is high, so the loss rules see
+    # nothing; the critic is off the returns its episodes paid by three times their RMS.
+    n = 40
+    at = (8, 25, 39)
+    off = {
+        "critic_error": [3.0 if i in at else math.nan for i in range(n)],
+        "critic_r2": [-60.0 if i in at else math.nan for i in range(n)],
+    }
+    finding = next(f for f in classify(ppo_history(n, **off), final=True).findings if f.kind == "stuck_value_loss")
+    assert finding.certain and "300% of their RMS" in finding.summary
+    assert finding.evidence["critic_records_second_half"] == 2
+    assert classify(ppo_history(n, **off)).verdict == "healthy"  # a live check leaves it to the loss
+    # the two records disagree (one fits): left to the loss rules, which see a healthy critic
+    split = dict(off, critic_error=[3.0 if i == 25 else 0.3 if i == 39 else math.nan for i in range(n)])
+    assert classify(ppo_history(n, **split), final=True).verdict == "healthy"
+    # one record alone is not enough
+    one = dict(off, critic_error=[3.0 if i == 39 else math.nan for i in range(n)])
+    assert classify(ppo_history(n, **one), final=True).verdict == "healthy"
+    # both close to the returns: the loss rules' flat critic with explained variance ~0 is cleared
+    flat = {
+        "value_loss": [50.0 + (i % 3) for i in range(n)],
+        "explained_variance": [1e-5] * n,
+        "return_rms": [10.0] * n,
+    }
+    close = {"critic_error": [0.2 if i in at else math.nan for i in range(n)]}
+    assert classify(ppo_history(n, **flat)).verdict == "stuck_value_loss"
+    assert classify(ppo_history(n, **flat, **close), final=True).verdict == "healthy"
+
+
+def test_a_plain_log_whose_episodes_all_returned_zero_holds_no_measure_of_the_critic():
+    n = 40
+    flat = {"value_loss": [2.0 + 0.1 * (i % 3) for i in range(n)], "explained_variance": [1e-5] * n}
+    # episodes that pay: a flat loss with explained variance pinned at 0 is a stuck critic
+    paid = [5.0 + i % 2 for i in range(n)]
+    assert classify(ppo_history(n, **flat, ep_return=paid), final=True).verdict == "stuck_value_loss"
+    # episodes that all returned 0 give the loss no scale, and targets with no spread make
+    # explained variance 0 whatever the critic predicts: not judged
+    zero = classify(ppo_history(n, **flat, ep_return=[0.0] * n), final=True)
+    assert "stuck_value_loss" not in {f.kind for f in zero.findings}
+    # one episode of the window that paid is enough to judge again
+    once = [0.0] * (n - 3) + [1.0, 0.0, 0.0]
+    assert classify(ppo_history(n, **flat, ep_return=once), final=True).verdict == "stuck_value_loss"
+
+
 def test_episode_returns_measure_nothing_against_returns_of_zero_and_keep_envs_apart():
     import numpy as np
 

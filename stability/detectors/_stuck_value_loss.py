@@ -27,14 +27,21 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   ``pinned_share`` of the window while the returns do not rise;
 - or, once such a run has ended, explained variance never above ``ev_max`` at any update.
 
+None of these applies when every episode of the window returned exactly 0: nothing then gives the
+targets a scale, and explained variance against targets with no spread measures nothing.
+
 With the callback's ``critic_error`` and ``critic_r2`` (its values against the discounted returns
 of the episodes its rollouts finished, bootstrapped only where a time limit cut an episode,
 rather than against its own n-step targets), that measurement decides where it is clear: never
 stuck when the last window's median error is under ``critic_error_fit`` of the returns' RMS;
 once the run has ended, stuck when the median error is at least ``critic_error_off``, explaining
 under ``critic_r2_max`` of their variance, over both the last window's records and the window
-ending half way through them. Between the two (a narrow band about the corpus label's bar,
-0.6), or with fewer than ``critic_records`` records in a window, the rules above decide. It
+ending half way through them. With fewer than ``critic_records`` records in a window (episodes
+of hundreds of steps), the second half's records together decide where there are at least
+``critic_records_sparse`` and all of them are on one side: all under ``critic_error_fit``, or
+(once the run has ended) all at or above ``critic_error_off`` and none explaining
+``critic_r2_max``. Between the two bars (a narrow band about the corpus label's, 0.6), or where
+the records are too few or disagree, the rules above decide. It
 catches what the loss cannot show: an A2C critic that fits its 5-step targets
 ``r + gamma * V(s')`` while predicting ~0 of what the episodes return.
 
@@ -100,7 +107,7 @@ class StuckValueLoss(Detector):
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
         message = (
-            _off_message(evidence["critic_error_last"], evidence["critic_r2_last"])
+            _off_message(*_clear_error(evidence))
             if clear
             else f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
         )
@@ -132,7 +139,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         alone = relative >= t["relative_alone"]
         usual = ev <= t["ev_max"] and not fell and relative >= t["relative_floor"]
         return alone or usual or (never_fit and relative >= t["relative_never_fit"])
-    if ev > t["ev_max"]:
+    if ev > t["ev_max"] or _paid_nothing(history, w):
         return False
     scale = _discounted_scale(history, w)
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
@@ -141,6 +148,23 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
     flat_critic = not fell and history.has("approx_kl") and pinned >= t["pinned_share"] and not returns_rose(history, w)
     return big or flat_critic or never_fit
+
+
+def _clear_error(evidence: dict[str, Any]) -> tuple[float, float]:
+    """The error and r2 that decided: the last window's, else the second half's pooled records."""
+    if "critic_error_last" in evidence:
+        return evidence["critic_error_last"], evidence["critic_r2_last"]
+    return evidence["critic_error_second_half"], evidence["critic_r2_second_half"]
+
+
+def _paid_nothing(history: History, w: int) -> bool:
+    """Every episode that ended over the last ``w`` updates returned exactly 0 (a sparse reward
+    never found, or no longer found). A plain log then holds no measure of the critic: the
+    episodes give its targets no scale, and explained variance against targets with no spread is
+    ~0 whatever the critic predicts (the callback's own measure skips such returns for the same
+    reason). What the run needs is the reward, which the other detectors name."""
+    returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
+    return bool(returns) and all(v == 0 for v in returns)
 
 
 def _off_message(error: float, r2: float) -> str:
@@ -167,7 +191,7 @@ def _against_the_returns(
     for name, (a, b) in (("last", (n - w, n)), ("half", (n // 2 - w, n // 2))):
         errors, r2s = window("critic_error", a, b), window("critic_r2", a, b)
         if len(errors) < k:
-            return None
+            return _sparse(window("critic_error", n // 2, n), window("critic_r2", n // 2, n), t, evidence, final)
         # returns with no spread (a constant the critic may well predict) leave r2 undefined
         medians[name] = (median(errors), median(r2s) if r2s else math.nan)
         evidence[f"critic_error_{name}"], evidence[f"critic_r2_{name}"] = medians[name]
@@ -176,6 +200,29 @@ def _against_the_returns(
     # Judged only once the run has ended, like the never-fit rule: how a live check would treat
     # a slow critic has not been measured, and stop_on would act on it.
     off = all(e >= t["critic_error_off"] and not r2 >= t["critic_r2_max"] for e, r2 in medians.values())
+    return True if final and off else None
+
+
+def _sparse(
+    errors: list[float], r2s: list[float], t: dict[str, Any], evidence: dict[str, Any], final: bool
+) -> bool | None:
+    """Too few records to fill the windows (episodes of hundreds of steps end a few times a run):
+    the second half's records together, when there are at least ``critic_records_sparse`` and all
+    of them are on one side of the label's bar. False when every one is under ``critic_error_fit``;
+    True, once the run has ended, when every one is at or above ``critic_error_off`` and none
+    explains ``critic_r2_max`` of the returns' variance. Each record covers a whole episode's
+    states, so a few of them measure more than their count suggests. Records that disagree, or a
+    run still going, are left to the loss rules (None)."""
+    if len(errors) < t["critic_records_sparse"]:
+        return None
+    evidence.update(
+        critic_records_second_half=len(errors),
+        critic_error_second_half=median(errors),
+        critic_r2_second_half=median(r2s) if r2s else math.nan,
+    )
+    if max(errors) < t["critic_error_fit"]:
+        return False
+    off = min(errors) >= t["critic_error_off"] and not any(r2 >= t["critic_r2_max"] for r2 in r2s)
     return True if final and off else None
 
 
