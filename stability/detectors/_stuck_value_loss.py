@@ -139,9 +139,10 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         alone = relative >= t["relative_alone"]
         usual = ev <= t["ev_max"] and not fell and relative >= t["relative_floor"]
         return alone or usual or (never_fit and relative >= t["relative_never_fit"])
-    if ev > t["ev_max"] or _paid_nothing(history, w):
+    returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]  # the window's episodes
+    if ev > t["ev_max"] or _paid_nothing(returns):
         return False
-    scale = _discounted_scale(history, w)
+    scale = _discounted_scale(history, w, returns)
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
@@ -151,19 +152,19 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 
 
 def _clear_error(evidence: dict[str, Any]) -> tuple[float, float]:
-    """The error and r2 that decided: the last window's, else the second half's pooled records."""
-    if "critic_error_last" in evidence:
-        return evidence["critic_error_last"], evidence["critic_r2_last"]
-    return evidence["critic_error_second_half"], evidence["critic_r2_second_half"]
+    """The error and r2 that decided: the second half's pooled records where a window was too thin
+    (the last window may still hold its own median then), else the last window's."""
+    if "critic_error_second_half" in evidence:
+        return evidence["critic_error_second_half"], evidence["critic_r2_second_half"]
+    return evidence["critic_error_last"], evidence["critic_r2_last"]
 
 
-def _paid_nothing(history: History, w: int) -> bool:
-    """Every episode that ended over the last ``w`` updates returned exactly 0 (a sparse reward
+def _paid_nothing(returns: list[float]) -> bool:
+    """Every episode that ended over the window returned exactly 0 (a sparse reward
     never found, or no longer found). A plain log then holds no measure of the critic: the
     episodes give its targets no scale, and explained variance against targets with no spread is
     ~0 whatever the critic predicts (the callback's own measure skips such returns for the same
     reason). What the run needs is the reward, which the other detectors name."""
-    returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
     return bool(returns) and all(v == 0 for v in returns)
 
 
@@ -226,12 +227,12 @@ def _sparse(
     return True if final and off else None
 
 
-def _discounted_scale(history: History, w: int) -> float:
+def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
     """The size of the critic's targets estimated from a plain log: the mean reward per step
-    (episode return / length) summed over the episode with the discount (gamma from the run's
-    context, else 0.99). The targets' scale when rewards reach the critic as the env paid them; not
-    when they reach it normalised (on Pendulum it then overstates them)."""
-    returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]
+    (the window's finite episode ``returns`` / their length) summed over the episode with the
+    discount (gamma from the run's context, else 0.99). The targets' scale when rewards reach the
+    critic as the env paid them; not when they reach it normalised (on Pendulum it then overstates
+    them)."""
     if not returns:
         return math.nan
     total = median(returns)
