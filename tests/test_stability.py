@@ -326,6 +326,15 @@ def test_episode_returns_join_rollouts_and_compare_the_critic_with_discounted_re
         assert tracker.pop() == {}  # popped: the next record starts afresh
 
 
+def flat_critic(n: int) -> dict[str, list[float]]:
+    """A critic the loss rules call stuck: a flat loss, explained variance ~0, returns of RMS 10."""
+    return {
+        "value_loss": [50.0 + (i % 3) for i in range(n)],
+        "explained_variance": [1e-5] * n,
+        "return_rms": [10.0] * n,
+    }
+
+
 def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_clear():
     n = 40
     # the loss falls and explained variance is high (the critic fits its own bootstrapped
@@ -339,11 +348,7 @@ def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_cl
     h = ppo_history(n, critic_error=[0.9] * 20 + [0.5] * 20, critic_r2=[-3.0] * 20 + [0.3] * 20)
     assert classify(h).verdict == "healthy"
     # a flat loss with explained variance ~0 is stuck by the loss rules...
-    flat = {
-        "value_loss": [50.0 + (i % 3) for i in range(n)],
-        "explained_variance": [1e-5] * n,
-        "return_rms": [10.0] * n,
-    }
+    flat = flat_critic(n)
     assert classify(ppo_history(n, **flat)).verdict == "stuck_value_loss"
     # ... unless the critic is measured close to the returns its episodes paid (near-constant
     # returns it predicts, which explained variance cannot credit) ...
@@ -378,11 +383,7 @@ def test_records_too_few_for_a_window_are_read_together_over_the_second_half():
     one = dict(off, critic_error=[3.0 if i == 39 else math.nan for i in range(n)])
     assert classify(ppo_history(n, **one), final=True).verdict == "healthy"
     # both close to the returns: the loss rules' flat critic with explained variance ~0 is cleared
-    flat = {
-        "value_loss": [50.0 + (i % 3) for i in range(n)],
-        "explained_variance": [1e-5] * n,
-        "return_rms": [10.0] * n,
-    }
+    flat = flat_critic(n)
     close = {"critic_error": [0.2 if i in at else math.nan for i in range(n)]}
     assert classify(ppo_history(n, **flat)).verdict == "stuck_value_loss"
     assert classify(ppo_history(n, **flat, **close), final=True).verdict == "healthy"
