@@ -431,3 +431,48 @@ def test_episode_returns_measure_nothing_against_returns_of_zero_and_keep_envs_a
         tracker.add(np.zeros((3, 1)), np.ones((3, 1)), np.zeros((3, 1)), [False])
     tracker.add(np.zeros((1, 1)), np.ones((1, 1)), np.zeros((1, 1)), [True])
     assert tracker._n == 4
+
+
+def a2c_plain_log(ev: list[float], value_loss: list[float]) -> History:
+    """What ``diagnose`` reads from a plain A2C log: no approx_kl, no return_rms; episodes of 100
+    steps returning ~50, so a loss of ~1 is small against the returns' scale."""
+    n = len(ev)
+    h = H(total_steps=n * 500)
+    for i in range(n):
+        h.add(
+            500 * (i + 1),
+            {
+                "pg_loss": 2.0 * (-1) ** i,
+                "value_loss": value_loss[i],
+                "explained_variance": ev[i],
+                "entropy": 1.3 - 0.01 * i,
+                "learning_rate": 7e-4,
+                "ep_return": 50.0 + (i % 3),
+                "ep_length": 100.0,
+            },
+        )
+    return h
+
+
+def test_a2c_plain_log_reads_explained_variance_only_at_its_extremes():
+    n = 40
+    flat = [1.0 + 0.05 * (i % 3) for i in range(n)]
+    # healthy A2C: each update's explained variance is one short rollout's, noisy around 0
+    noisy = [0.3 * math.sin(1.7 * i) for i in range(n)]
+    assert classify(a2c_plain_log(noisy, flat), final=True).verdict == "healthy"
+    # pinned at 0 on every update with a loss that does not fall: the critic outputs a constant
+    assert classify(a2c_plain_log([1e-5] * n, flat), final=True).verdict == "stuck_value_loss"
+    # pinned on most updates only (a healthy run came to 0.68 of its window), or a loss that fell
+    mostly = [1e-5 if i % 4 else 0.2 for i in range(n)]
+    assert classify(a2c_plain_log(mostly, flat), final=True).verdict == "healthy"
+    falling = [10.0 / (1 + i) for i in range(n)]
+    assert classify(a2c_plain_log([1e-5] * n, falling), final=True).verdict == "healthy"
+    # further off the targets than their own mean, over the window, once the run has ended
+    worse = [-0.6 + 0.3 * math.sin(1.7 * i) for i in range(n)]
+    assert classify(a2c_plain_log(worse, falling), final=True).verdict == "stuck_value_loss"
+    # not from a live check, and not from PPO-style logs (a converged policy's near-constant
+    # targets make their explained variance very negative)
+    assert classify(a2c_plain_log(worse, falling)).verdict == "healthy"
+    settled = [0.8] * (n // 2) + worse[n // 2 :]  # it fit before its targets went near-constant
+    ppo = ppo_history(n, explained_variance=settled, value_loss=falling, ep_length=[100.0] * n)
+    assert classify(ppo, final=True).verdict == "healthy"

@@ -25,7 +25,12 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
 - or, for PPO-style logs (large batches, where explained variance is a reliable number), a loss
   that has not fallen with explained variance pinned within ``ev_pinned`` of 0 on
   ``pinned_share`` of the window while the returns do not rise;
-- or, once such a run has ended, explained variance never above ``ev_max`` at any update.
+- or, once such a run has ended, explained variance never above ``ev_max`` at any update;
+- for A2C-style logs (no approx_kl: each explained variance is one short rollout's, noisy around
+  0 when healthy, so only its extremes are read), a loss that has not fallen with explained
+  variance pinned within ``ev_pinned`` of 0 on ``pinned_share_short`` of the window (a critic
+  whose output does not vary with the state), or, once the run has ended, a window median of
+  ``ev_below_mean`` or less (its values further from the targets than their own mean).
 
 None of these applies when every episode of the window returned exactly 0: nothing then gives the
 targets a scale, and explained variance against targets with no spread measures nothing.
@@ -96,7 +101,7 @@ class StuckValueLoss(Detector):
         never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
         evidence["ev_best"] = best_ev
         clear = _against_the_returns(history, t, w, evidence, final)
-        if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, never_fit)):
+        if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, never_fit, final)):
             return None
         causes, patches = _causes(history, t, evidence)
         # Fewer than min_certain_updates updates or min_certain_steps env steps: a critic that has
@@ -123,7 +128,9 @@ class StuckValueLoss(Detector):
         )
 
 
-def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[str, Any], never_fit: bool) -> bool:
+def _stuck_by_loss(
+    history: History, t: dict[str, Any], w: int, evidence: dict[str, Any], never_fit: bool, final: bool
+) -> bool:
     """The rules on the logged value loss and explained variance (the first two lists above)."""
     early, late = evidence["value_loss_first_window"], evidence["value_loss_last_window"]
     evs = history.values("explained_variance", last=w)
@@ -147,8 +154,17 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
     big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
-    flat_critic = not fell and history.has("approx_kl") and pinned >= t["pinned_share"] and not returns_rose(history, w)
-    return big or flat_critic or never_fit
+    if history.has("approx_kl"):
+        flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
+        return big or flat_critic or never_fit
+    # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
+    # samples), noisy around 0 when healthy, so it is read only at its extremes. Pinned within
+    # ev_pinned of 0 on nearly every update of the window: the critic's output does not vary with
+    # the state (a constant). A window median of ev_below_mean or less, once the run has ended:
+    # the critic's values are further from the targets than the targets' own mean is.
+    flat_critic = not fell and pinned >= t["pinned_share_short"]
+    worse_than_mean = final and ev <= t["ev_below_mean"]
+    return big or flat_critic or worse_than_mean
 
 
 def _clear_error(evidence: dict[str, Any]) -> tuple[float, float]:
