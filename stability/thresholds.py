@@ -77,7 +77,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "relative_floor_episode": 0.1,
         "ev_pinned": 1.0e-3,
         "pinned_share": 0.6,
-        "pinned_share_short": 0.9,
         "ev_below_mean": -0.2,
         "critic_error_off": 0.65,
         "critic_error_fit": 0.55,

@@ -27,10 +27,8 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   ``pinned_share`` of the window while the returns do not rise;
 - or, once such a run has ended, explained variance never above ``ev_max`` at any update;
 - for A2C-style logs (no approx_kl: each explained variance is one short rollout's, noisy around
-  0 when healthy, so only its extremes are read), a loss that has not fallen with explained
-  variance pinned within ``ev_pinned`` of 0 on ``pinned_share_short`` of the window (a critic
-  whose output does not vary with the state), or, once the run has ended, a window median of
-  ``ev_below_mean`` or less (its values further from the targets than their own mean).
+  0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
+  critic's values further from its targets than their own mean).
 
 None of these applies when every episode of the window returned exactly 0: nothing then gives the
 targets a scale, and explained variance against targets with no spread measures nothing.
@@ -158,13 +156,12 @@ def _stuck_by_loss(
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
         return big or flat_critic or never_fit
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
-    # samples), noisy around 0 when healthy, so it is read only at its extremes. Pinned within
-    # ev_pinned of 0 on nearly every update of the window: the critic's output does not vary with
-    # the state (a constant). A window median of ev_below_mean or less, once the run has ended:
-    # the critic's values are further from the targets than the targets' own mean is.
-    flat_critic = not fell and pinned >= t["pinned_share_short"]
+    # samples), noisy around 0 when healthy. A window median of ev_below_mean or less, once the
+    # run has ended: the critic's values are further from the targets than the targets' own mean
+    # is. (Pinned at 0 is not read: a constant critic at the returns' level is one the label
+    # calls fit, and a plain log cannot tell its level; see conf/stability.yaml.)
     worse_than_mean = final and ev <= t["ev_below_mean"]
-    return big or flat_critic or worse_than_mean
+    return big or worse_than_mean
 
 
 def _clear_error(evidence: dict[str, Any]) -> tuple[float, float]:
