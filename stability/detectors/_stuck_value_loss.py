@@ -109,11 +109,12 @@ class StuckValueLoss(Detector):
             causes.insert(
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
-        message = (
-            _off_message(*_clear_error(evidence))
-            if clear
-            else f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
-        )
+        if clear:
+            message = _off_message(*_clear_error(evidence))
+        elif evidence.get("ev_below_mean"):
+            message = f"explained variance stays {ev:.2f}: the critic is further off its targets than their mean"
+        else:
+            message = f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
         return Finding(
             self.name,
             history.step_of(n - w),
@@ -161,6 +162,8 @@ def _stuck_by_loss(
     # is. (Pinned at 0 is not read: a constant critic at the returns' level is one the label
     # calls fit, and a plain log cannot tell its level; see conf/stability.yaml.)
     worse_than_mean = final and ev <= t["ev_below_mean"]
+    if worse_than_mean and not big:
+        evidence["ev_below_mean"] = True  # what decided: the message says so
     return big or worse_than_mean
 
 
