@@ -89,17 +89,11 @@ class StuckValueLoss(Detector):
         }
         if not (math.isfinite(early) and math.isfinite(late) and math.isfinite(ev)):
             return None
-        ppo_style = history.has("approx_kl")
-        best_ev = max((v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan)
-        # PPO-style batches make explained variance a reliable number: a critic that never
-        # explained ev_max of the returns' variance at any update of the whole run has not fit,
-        # whether or not its loss fell (it may have fallen with its targets). Judged only once the
-        # run has ended: mid-run, a slow critic (noisy rewards) may not have got there yet, and a
-        # live check would stop it.
-        never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
-        evidence["ev_best"] = best_ev
+        evidence["ev_best"] = max(
+            (v for v in history.values("explained_variance") if math.isfinite(v)), default=math.nan
+        )
         clear = _against_the_returns(history, t, w, evidence, final)
-        if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, never_fit, final)):
+        if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, final)):
             return None
         causes, patches = _causes(history, t, evidence)
         # Fewer than min_certain_updates updates or min_certain_steps env steps: a critic that has
@@ -127,11 +121,16 @@ class StuckValueLoss(Detector):
         )
 
 
-def _stuck_by_loss(
-    history: History, t: dict[str, Any], w: int, evidence: dict[str, Any], never_fit: bool, final: bool
-) -> bool:
+def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[str, Any], final: bool) -> bool:
     """The rules on the logged value loss and explained variance (the first two lists above)."""
     early, late = evidence["value_loss_first_window"], evidence["value_loss_last_window"]
+    ppo_style, best_ev = history.has("approx_kl"), evidence["ev_best"]
+    # PPO-style batches make explained variance a reliable number: a critic that never
+    # explained ev_max of the returns' variance at any update of the whole run has not fit,
+    # whether or not its loss fell (it may have fallen with its targets). Judged only once the
+    # run has ended: mid-run, a slow critic (noisy rewards) may not have got there yet, and a
+    # live check would stop it.
+    never_fit = final and ppo_style and math.isfinite(best_ev) and best_ev <= t["ev_max"]
     evs = history.values("explained_variance", last=w)
     ev, fell = evidence["explained_variance_median"], late < t["fall_ratio"] * early
     rms = history.values("return_rms", last=w)
@@ -153,7 +152,7 @@ def _stuck_by_loss(
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
     big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
-    if history.has("approx_kl"):
+    if ppo_style:
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
         return big or flat_critic or never_fit
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
