@@ -283,6 +283,9 @@ class Driver:
             return
         if isinstance(payload, Started):
             active.started[seed] = payload
+            # a running seed's run says where it runs (a retried one: where it runs again), as a
+            # finished one does: an operator watching a cluster sees which seeds a node holds
+            self._mlflow.append(partial(self._tag_seed_run, active, seed, _where(active, seed)))
             return
         self.progress.jobs_done += 1
         tags = self._attempt_tags(event.key)
@@ -306,6 +309,10 @@ class Driver:
             self._close_trial(active)
         elif active.periodic:
             self._report(active)  # a step may have waited only on the seed that just ended
+
+    def _tag_seed_run(self, active: ActiveTrial, seed: int, tags: dict[str, str]) -> None:
+        """Tag a seed's run; its id is read now, when the write runs (after the run's creation)."""
+        self.tracker.set_tags(active.child_runs[seed], tags)
 
     def _end_seed_run(self, active: ActiveTrial, seed: int, status: str, **fields: Any) -> None:
         """End a seed's run; its id is read now, when the write runs (after the run's creation)."""

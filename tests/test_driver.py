@@ -64,6 +64,30 @@ def test_a_retried_job_logs_each_step_once_and_records_why_it_was_retried():
     assert progress.jobs_done == 2  # a retried attempt is not a finished job
 
 
+def test_a_seed_s_run_names_its_worker_and_node_while_it_runs_and_again_where_its_retry_ran():
+    class Watching(Recorder):
+        """Notes each tag write with the run's state when it came."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[tuple[str, str | None, dict[str, str]]] = []
+
+        def set_tags(self, run_id, tags) -> None:
+            self.writes.append((self.runs[run_id]["name"], self.runs[run_id]["end"], dict(tags)))
+            super().set_tags(run_id, tags)
+
+    def script(config: TrialConfig, attempt: int) -> list:
+        return [*metrics(100), died()] if (config.seed, attempt) == (0, 1) else [*metrics(100), result()]
+
+    watching = Watching()
+    driver, study, backend, tracker = _driver(script, backend={"max_failures": 1}, tracker=watching)
+    driver.run()
+    seed0 = [(end, tags) for name, end, tags in watching.writes if name == "trial-0-seed-0"]
+    where = {keys.WORKER: "scripted", keys.NODE: ""}
+    assert seed0 == [(None, where), (None, where)]  # written while running, at each start
+    assert tracker.run("trial-0-seed-0")["end"] == "FINISHED"
+
+
 def test_a_worker_that_dies_past_max_failures_crashes_the_trial():
     def script(config: TrialConfig, attempt: int) -> list:
         return [died(f"died on attempt {attempt}")] if config.seed == 0 else [result()]

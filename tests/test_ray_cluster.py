@@ -28,8 +28,8 @@ pytestmark = pytest.mark.slow
 def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining_node_is_used(
     workdir: Path,
 ) -> None:
-    """Two nodes train the first seeds; the worker node is killed once it has finished one (its
-    next seed is retried on the head); then a third node joins through ``ray start``, as an
+    """Two nodes train the first seeds; the worker node is killed once it has finished one, while
+    it trains the next (that seed is retried on the head); then a third node joins through ``ray start``, as an
     operator adds one, and the jobs still to run are placed on it too."""
     from rich.console import Console
 
@@ -46,27 +46,29 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
     head_id, worker_id = cluster.head_node.node_id[:12], worker.node_id[:12]  # seed runs name "IP/node id"
     seen: list[str] = []
 
-    def finished_nodes() -> list[str]:
-        """The nodes of the finished seed runs. The store is read with sqlite3, read-only: an
-        MLflow client here could race the sweep's own tracker creating the store's tables."""
+    def seed_nodes() -> list[tuple[str, str]]:
+        """(status, node) of the seed runs that name their node: a seed's run is tagged with it
+        when the seed starts. The store is read with sqlite3, read-only: an MLflow client here
+        could race the sweep's own tracker creating the store's tables."""
         db = workdir / "results" / "mlflow.db"
-        finished = "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-        finished += "WHERE r.status = 'FINISHED' AND t.key = 'rlsweep.node'"
+        query = "SELECT r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+        query += "WHERE t.key = 'rlsweep.node'"
         try:
             with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
-                return [row[0] for row in con.execute(finished)]
+                return [(row[0], row[1]) for row in con.execute(query)]
         except sqlite3.Error as exc:  # not created yet, or busy: look again
             seen[:] = [repr(exc)]
             return []
 
     def kill_then_join() -> None:
-        """Once the worker node has finished a seed (its next one is then starting), kill it; then
-        start a new node (its own raylet, one CPU) that joins the cluster mid-sweep."""
+        """Once the worker node has finished a seed and holds a running one, kill it; then start
+        a new node (its own raylet, one CPU) that joins the cluster mid-sweep. (Killed on a timer
+        after its first seed instead, it sometimes lay idle between two seeds, and nothing was
+        lost to retry.)"""
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            nodes = finished_nodes()
-            if any(n.endswith(worker_id) for n in nodes) and len(nodes) < 4:
-                time.sleep(1.5)
+            on_worker = [status for status, node in seed_nodes() if node.endswith(worker_id)]
+            if "FINISHED" in on_worker and "RUNNING" in on_worker:
                 cluster.remove_node(worker, allow_graceful=False)
                 killed.append(time.monotonic())
                 break
