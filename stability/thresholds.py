@@ -33,6 +33,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "update_ratio_max": 0.3,
         "update_ratio_min_kl": 1.0,
         "kl_max": 10.0,
+        "kl_min_update_ratio": 0.02,
+        "kl_min_std_change": 0.05,
         "min_hits": 3,
         "deterministic_entropy_fraction": 0.2,
         "deterministic_std": 0.05,

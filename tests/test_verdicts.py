@@ -247,6 +247,25 @@ def test_a_large_weight_move_counts_in_a_ppo_run_only_when_the_policy_moved_with
     assert judge(_without_kl(ppo_history(n, update_ratio=moves))).verdict == "exploding_updates"
 
 
+@pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])
+def test_a_huge_kl_of_a_gaussian_mean_behind_a_large_output_scale_is_not_an_exploding_update(callback):
+    """Init gain 300: each small update moves the Gaussian mean by tens of std, so approx_kl is in
+    the thousands while the weights move by under 1% of their norm and the std stands still. The
+    same KL from updates that move the weights, or the std, is an exploding update."""
+    n = 40
+    kl = [5e-3] * 10 + [2000.0, 5e-3] * 15
+    still = {"std": [1.0 + 0.001 * i for i in range(n)]}
+    if callback:
+        still["update_ratio"] = [0.005] * n
+    h = ppo_history(n, approx_kl=kl, **still)
+    finding = {f.kind: f for f in judge(h).findings}.get("exploding_updates")
+    assert finding is None or not finding.certain
+    moving = {"std": [1.0 * 1.2 ** (i % 2) for i in range(n)]}
+    if callback:
+        moving["update_ratio"] = [0.005] * 10 + [0.5, 0.005] * 15
+    assert judge(ppo_history(n, approx_kl=kl, **moving)).verdict == "exploding_updates"
+
+
 def test_a_plain_ppo_log_whose_critic_never_explained_anything_is_stuck_at_the_end_only():
     n = 40
     # returns rise (the actor learns on raw returns), the value loss rises with them, and

@@ -9,6 +9,9 @@ new policy barely resembles the old one) count as hits; ``min_hits`` of them mak
 In PPO-style runs (approx_kl logged) an update_ratio hit counts only where that update's
 approx_kl reached ``update_ratio_min_kl``: the clipped objective bounds the policy's move, not
 the weights', and a large weight move under a small KL is not an explosion.
+Conversely an approx_kl hit counts only where the update moved the weights (``kl_min_update_ratio``
+of their norm) or, in a plain log of a Gaussian policy, its std (``kl_min_std_change``): behind an
+output layer of a large scale a tiny update moves the mean by many std (see ``_weights_moved``).
 An approx_kl or update_ratio hit at an update where the policy was already near-deterministic
 does not count: between two near-deterministic policies (saturated logits, a Gaussian std near
 0) a small move is a huge KL, the logits grow with every step that sharpens them further, and
@@ -82,6 +85,11 @@ class ExplodingUpdates(Detector):
                 if (keep & ~moved).any():
                     evidence["update_ratio_hits_small_kl"] = int((keep & ~moved).sum())
                 keep &= moved
+            if name == "approx_kl":
+                moved = _weights_moved(history, indices, t["kl_min_update_ratio"], t["kl_min_std_change"])
+                if (keep & ~moved).any():
+                    evidence["approx_kl_hits_weights_still"] = int((keep & ~moved).sum())
+                keep &= moved
             if keep.any():
                 hits.extend((int(i), name) for i in indices[keep])
                 evidence[f"{name}_max"] = float(values[keep].max())
@@ -121,6 +129,33 @@ def _policy_moved(history: History, indices: np.ndarray, min_kl: float) -> np.nd
     is an update out of control."""
     kl = dict(zip(*history.arrays("approx_kl"), strict=True))
     return np.array([not (kl.get(int(i), math.inf) < min_kl) for i in indices], dtype=bool)
+
+
+def _weights_moved(history: History, indices: np.ndarray, min_ratio: float, min_std_change: float) -> np.ndarray:
+    """Whether the update behind each approx_kl moved the weights at all (True where it cannot be told).
+
+    The mirror of :func:`_policy_moved`. A Gaussian policy's KL is its mean's move in units of its
+    std; behind an output layer of a large scale (a large init gain, saturated outputs), a weight
+    move of under a percent of the weights' norm moves the mean by many std while its std stands
+    still. The action bound clips such a mean to a constant action, and no update was large: that
+    is a KL of thousands with nothing exploding. So an approx_kl hit counts only where the update
+    moved the weights by ``min_ratio`` of their norm (the callback's update_ratio), or, in a plain
+    log of a Gaussian policy (no update_ratio, a std logged), where the std moved by
+    ``min_std_change`` (a fraction) from the update before; a first update, with nothing before
+    it to compare, counts."""
+    if history.has("update_ratio"):
+        ratio = dict(zip(*history.arrays("update_ratio"), strict=True))
+        return np.array([not (ratio.get(int(i), math.inf) < min_ratio) for i in indices], dtype=bool)
+    if not history.has("std"):
+        return np.ones(len(indices), dtype=bool)
+    std_at, std = history.arrays("std")
+    before = {int(i): float(s) for i, s in zip(std_at, std, strict=True)}
+    moved = []
+    for i in indices:
+        now, last = before.get(int(i), math.nan), before.get(int(i) - 1, math.nan)
+        still = math.isfinite(now) and math.isfinite(last) and last > 0 and abs(now / last - 1) < min_std_change
+        moved.append(not still)
+    return np.array(moved, dtype=bool)
 
 
 def _causes(history: History) -> list[str]:
