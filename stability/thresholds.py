@@ -57,6 +57,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "clip_fraction_max": 0.01,
         "entropy_rel_change_max": 0.01,
         "actor_grad_share_max": 0.01,
+        "std_never_moved_max": 1.0e-4,
+        "deterministic_std": 0.05,
         "lr_min_fraction": 0.05,
         "override_fraction": 0.5,
         "collapsed_fraction": 0.1,

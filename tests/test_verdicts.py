@@ -345,7 +345,7 @@ def test_a_critic_off_by_most_of_the_returns_square_is_stuck_whatever_its_explai
     assert judge(h).verdict == "stuck_value_loss"
 
 
-def _a2c_history(entropy: list[float], continuous: bool) -> History:
+def _a2c_history(entropy: list[float], continuous: bool, std: list[float] | None = None) -> History:
     h = History(total_steps=len(entropy) * 160, context={"continuous": continuous, "algo": "A2C"})
     for i, e in enumerate(entropy):
         values = {
@@ -358,7 +358,7 @@ def _a2c_history(entropy: list[float], continuous: bool) -> History:
             "grad_norm_actor": 0.4,  # ~10% of the gradient: not starved
         }
         if continuous:
-            values["std"] = 1.0
+            values["std"] = std[i] if std else 1.0 + 0.002 * (i % 3)  # within 1%: frozen, not still
         h.add(160 * (i + 1), values)
     return h
 
@@ -369,8 +369,21 @@ def test_an_a2c_policy_held_at_its_first_entropy_is_dead():
     frozen = [0.6904] + [0.6931] * (n - 1)
     verdict = judge(_a2c_history(frozen, continuous=False))
     assert verdict.verdict == "dead_policy_gradient"
-    # a Gaussian's entropy only measures its std: a frozen std says nothing of its mean
+    # a Gaussian's entropy only measures its std: a std frozen within 1% says nothing of its mean
     assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(frozen, continuous=True)).findings}
+
+
+def test_an_a2c_gaussian_whose_std_never_moved_at_all_is_dead_unless_already_near_deterministic():
+    """At lr 1e-9 an A2C std moves by 1e-7 of itself in a whole run (float32's resolution); at lr
+    7e-5 by 4e-3. The first is the optimizer moving nothing, the mean included."""
+    n = 100
+    entropy = [1.4189] * n
+    still = [1.0 + 1e-7 * (i % 2) for i in range(n)]
+    assert judge(_a2c_history(entropy, continuous=True, std=still)).verdict == "dead_policy_gradient"
+    slow = [1.0 - 4e-5 * i for i in range(n)]  # 0.4% over the run: slow, not dead
+    assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(entropy, True, slow)).findings}
+    tiny = [0.003 * (1 + 1e-7 * (i % 2)) for i in range(n)]  # near-deterministic from the start
+    assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(entropy, True, tiny)).findings}
 
 
 def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_updates():
