@@ -127,8 +127,7 @@ def _policy_moved(history: History, indices: np.ndarray, min_kl: float) -> np.nd
     computes moves by a hundredth of a nat. Such a move is the weights' parametrisation settling,
     and the runs that did it learned; a weight move that comes with a policy move of a nat or more
     is an update out of control."""
-    kl = dict(zip(*history.arrays("approx_kl"), strict=True))
-    return np.array([not (kl.get(int(i), math.inf) < min_kl) for i in indices], dtype=bool)
+    return _reached(history, "approx_kl", indices, min_kl)
 
 
 def _weights_moved(history: History, indices: np.ndarray, min_ratio: float, min_std_change: float) -> np.ndarray:
@@ -144,8 +143,7 @@ def _weights_moved(history: History, indices: np.ndarray, min_ratio: float, min_
     ``min_std_change`` (a fraction) from the update before; a first update, with nothing before
     it to compare, counts."""
     if history.has("update_ratio"):
-        ratio = dict(zip(*history.arrays("update_ratio"), strict=True))
-        return np.array([not (ratio.get(int(i), math.inf) < min_ratio) for i in indices], dtype=bool)
+        return _reached(history, "update_ratio", indices, min_ratio)
     if not history.has("std"):
         return np.ones(len(indices), dtype=bool)
     std_at, std = history.arrays("std")
@@ -156,6 +154,12 @@ def _weights_moved(history: History, indices: np.ndarray, min_ratio: float, min_
         still = math.isfinite(now) and math.isfinite(last) and last > 0 and abs(now / last - 1) < min_std_change
         moved.append(not still)
     return np.array(moved, dtype=bool)
+
+
+def _reached(history: History, name: str, indices: np.ndarray, floor: float) -> np.ndarray:
+    """Whether signal ``name`` reached ``floor`` at each update of ``indices`` (True where not logged)."""
+    at = dict(zip(*history.arrays(name), strict=True))
+    return np.array([not (at.get(int(i), math.inf) < floor) for i in indices], dtype=bool)
 
 
 def _causes(history: History) -> list[str]:
