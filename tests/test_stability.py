@@ -146,6 +146,28 @@ def test_a_gaussian_policy_moving_slowly_under_a_frozen_std_is_not_dead():
     assert classify(_frozen_std_gaussian(3e-3, continuous=False)).verdict == "dead_policy_gradient"
 
 
+def test_a_plain_log_without_a_std_is_read_as_gaussian_from_its_entropy():
+    # CleanRL logs a Gaussian's entropy but no std, and a plain log has no context: the first
+    # entropy, a unit-std Gaussian's per dimension (1.4189, moved by the first update), says so
+    def plain(kl: float, first: float, last: float | None = None) -> History:
+        n = 96
+        entropy = [first + 0.001 * (i % 2) for i in range(n)]
+        entropy[-1] = entropy[-1] if last is None else last
+        flat = [40.0 + 2.0 * (i % 3) for i in range(n)]
+        return ppo_history(n, kl=kl, clip=0.0, entropy=entropy, ep_return=flat)
+
+    # one dimension (Pendulum), 1.5e-3 nats per update: a policy learning slowly, not a dead one
+    assert "dead_policy_gradient" not in {f.kind for f in classify(plain(1.5e-3, 1.4165)).findings}
+    # two dimensions, and a log whose entropy went below 0 (only a density's can)
+    assert "dead_policy_gradient" not in {f.kind for f in classify(plain(1.5e-3, 2.8351)).findings}
+    assert "dead_policy_gradient" not in {f.kind for f in classify(plain(1.5e-3, 0.9, last=-0.2)).findings}
+    # the same log with updates that move nothing is dead
+    assert classify(plain(1e-7, 1.4165)).verdict == "dead_policy_gradient"
+    # a discrete policy near uniform over 4 actions (ln 4 = 1.386, 2.3% under one unit) that never
+    # left its first entropy never moved, whatever approx_kl's noise says
+    assert classify(plain(1.5e-3, 1.3855)).verdict == "dead_policy_gradient"
+
+
 def test_a2c_judged_without_kl():
     def a2c(entropy: list, actor: float) -> History:
         h = H(total_steps=40 * 400)

@@ -72,10 +72,39 @@ def rel_change(values: list[float]) -> float:
     return (max(finite) - min(finite)) / scale
 
 
+# The entropy of a unit-std Gaussian, per action dimension: 0.5 * ln(2 * pi * e)
+UNIT_GAUSSIAN_ENTROPY = 0.5 * math.log(2 * math.pi * math.e)
+# How close a log's first entropy must come to a whole number of UNIT_GAUSSIAN_ENTROPY to be read
+# as a unit-std Gaussian's (see is_continuous)
+_UNIT_ENTROPY_TOLERANCE = 0.01
+
+
 def is_continuous(history: History) -> bool:
-    """A Gaussian policy: as the run's context says, else from whether a std was logged."""
+    """A Gaussian policy: as the run's context says, else from whether a std was logged, else (a
+    plain log without a std: CleanRL's) from the entropy itself:
+
+    - an entropy below 0 at any update: a discrete distribution's never is;
+    - a first entropy within 1% of ``k * 0.5 * ln(2 pi e)`` (k = 1, 2, ...): the entropy of a
+      k-dimensional Gaussian of std 1, where SB3 and CleanRL start their log_std (0). An
+      untrained discrete policy starts near uniform, at ln(n): ln 4 is 2.3% below one unit, and
+      the first entropies of the corpus's discrete runs are all 2.3% or more from any multiple.
+      (A discrete space whose ln(n) lands within 1% of a multiple, 17 or 70 actions, would be
+      misread; the detectors then ask a Gaussian's stricter evidence of it.)
+    """
     continuous = history.context.get("continuous")
-    return history.has("std") if continuous is None else bool(continuous)
+    if continuous is not None:
+        return bool(continuous)
+    if history.has("std"):
+        return True
+    entropy = [v for v in history.values("entropy") if math.isfinite(v)]
+    if not entropy:
+        return False
+    if min(entropy) < 0:
+        return True
+    units = round(entropy[0] / UNIT_GAUSSIAN_ENTROPY)
+    return units >= 1 and abs(entropy[0] - units * UNIT_GAUSSIAN_ENTROPY) <= _UNIT_ENTROPY_TOLERANCE * (
+        units * UNIT_GAUSSIAN_ENTROPY
+    )
 
 
 def determinism_limit(
