@@ -152,7 +152,8 @@ def test_a_plain_log_without_a_std_is_read_as_gaussian_from_its_entropy():
     def plain(kl: float, first: float, last: float | None = None) -> History:
         n = 96
         entropy = [first + 0.001 * (i % 2) for i in range(n)]
-        entropy[-1] = entropy[-1] if last is None else last
+        if last is not None:
+            entropy[-1] = last
         flat = [40.0 + 2.0 * (i % 3) for i in range(n)]
         return ppo_history(n, kl=kl, clip=0.0, entropy=entropy, ep_return=flat)
 

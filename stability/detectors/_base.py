@@ -101,10 +101,8 @@ def is_continuous(history: History) -> bool:
         return False
     if min(entropy) < 0:
         return True
-    units = round(entropy[0] / UNIT_GAUSSIAN_ENTROPY)
-    return units >= 1 and abs(entropy[0] - units * UNIT_GAUSSIAN_ENTROPY) <= _UNIT_ENTROPY_TOLERANCE * (
-        units * UNIT_GAUSSIAN_ENTROPY
-    )
+    nearest = round(entropy[0] / UNIT_GAUSSIAN_ENTROPY) * UNIT_GAUSSIAN_ENTROPY  # k unit Gaussians
+    return nearest > 0 and abs(entropy[0] - nearest) <= _UNIT_ENTROPY_TOLERANCE * nearest
 
 
 def determinism_limit(
