@@ -505,9 +505,12 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
     """Largest |mean action| the Gaussian policy gives on a few rollout observations."""
     if not hasattr(policy, "log_std") or not hasattr(policy, "action_net") or hasattr(policy, "lstm_actor"):
         return None
-    if not isinstance(observations, np.ndarray):
+    shape = getattr(getattr(policy, "observation_space", None), "shape", None)
+    if not isinstance(observations, np.ndarray) or not shape:
         return None
-    flat = observations.reshape(-1, *observations.shape[2:])
+    # (n_steps, n_envs, *obs) while the rollout is fresh; (n_steps * n_envs, *obs) once the
+    # algorithm's train() has read the buffer, which is how a run that ends mid-group leaves it
+    flat = observations.reshape(-1, *shape)
     idx = np.linspace(0, len(flat) - 1, num=min(sample, len(flat))).astype(int)
     with th.no_grad():
         obs, _ = policy.obs_to_tensor(flat[idx])
