@@ -79,6 +79,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "relative_alone": 0.5,
         "relative_never_fit": 0.1,
         "relative_floor_episode": 0.1,
+        "relative_fit_episode": 0.01,
         "ev_pinned": 1.0e-3,
         "pinned_share": 0.6,
         "ev_below_mean": -0.2,

@@ -234,6 +234,18 @@ def test_ev_alone_never_decides():
     assert classify(h).verdict == "healthy"
 
 
+def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_for_its_explained_variance():
+    """Long episodes whose discounted return (~3 here) the critic fits to a few percent: explained
+    variance stays under ev_max, as it does for targets that barely vary about their level."""
+    n = 40
+    ev = [0.05 + 0.02 * math.sin(i) for i in range(n)]
+    common = dict(explained_variance=ev, ep_return=[-30.0 + i % 3 for i in range(n)], ep_length=[999.0] * n)
+    fit = ppo_history(n, value_loss=[0.5 / (1 + i) for i in range(n)], **common)  # ends at ~0.0013 of 9
+    assert classify(fit, final=True).verdict == "healthy"
+    off = ppo_history(n, value_loss=[0.5] * n, **common)  # ~0.055 of 9: a fifth of the scale off
+    assert classify(off, final=True).verdict == "stuck_value_loss"
+
+
 def test_stuck_waits_for_half_the_budget():
     n = 40
     h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[10.0] * n)

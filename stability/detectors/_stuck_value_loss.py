@@ -26,6 +26,9 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   that has not fallen with explained variance pinned within ``ev_pinned`` of 0 on
   ``pinned_share`` of the window while the returns do not rise;
 - or, once such a run has ended, explained variance never above ``ev_max`` at any update;
+- neither of those two where the loss is under ``relative_fit_episode`` times that square (an
+  error of a tenth of the targets' scale: explained variance is ~0 for targets that barely vary
+  about a level the critic fits);
 - for A2C-style logs (no approx_kl: each explained variance is one short rollout's, noisy around
   0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
   critic's values further from its targets than their own mean).
@@ -153,8 +156,15 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
     big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
     if ppo_style:
+        # Explained variance says nothing of a critic whose loss is under relative_fit_episode of
+        # the targets' estimated square (an error of a tenth of their scale): targets that barely
+        # vary about their level leave it ~0 however well the level is fit (a sparse reward, a
+        # long episode). Neither explained-variance rule then calls it stuck.
+        fits = math.isfinite(episode) and episode < t["relative_fit_episode"]
+        if fits:
+            evidence["value_loss_fits_episode_scale"] = True
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
-        return big or flat_critic or never_fit
+        return big or (not fits and (flat_critic or never_fit))
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
     # samples), noisy around 0 when healthy. A window median of ev_below_mean or less, once the
     # run has ended: the critic's values are further from the targets than the targets' own mean
