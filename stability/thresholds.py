@@ -80,6 +80,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "relative_never_fit": 0.1,
         "relative_floor_episode": 0.1,
         "relative_fit_episode": 0.01,
+        "relative_fit_episode_min": 1.0e-6,
         "ev_pinned": 1.0e-3,
         "pinned_share": 0.6,
         "ev_below_mean": -0.2,

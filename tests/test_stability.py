@@ -244,6 +244,9 @@ def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_fo
     assert classify(fit, final=True).verdict == "healthy"
     off = ppo_history(n, value_loss=[0.5] * n, **common)  # ~0.055 of 9: a fifth of the scale off
     assert classify(off, final=True).verdict == "stuck_value_loss"
+    # ~1e-8 of it: rewards scaled down before the critic, whose targets the episodes do not measure
+    scaled = ppo_history(n, value_loss=[1e-7] * n, **common)
+    assert classify(scaled, final=True).verdict == "stuck_value_loss"
 
 
 def test_stuck_waits_for_half_the_budget():

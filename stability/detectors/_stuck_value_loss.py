@@ -28,7 +28,8 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
 - or, once such a run has ended, explained variance never above ``ev_max`` at any update;
 - neither of those two where the loss is under ``relative_fit_episode`` times that square (an
   error of a tenth of the targets' scale: explained variance is ~0 for targets that barely vary
-  about a level the critic fits);
+  about a level the critic fits), unless it is under ``relative_fit_episode_min`` times it (then
+  the critic's targets are on another scale than the episodes' returns: rewards scaled down);
 - for A2C-style logs (no approx_kl: each explained variance is one short rollout's, noisy around
   0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
   critic's values further from its targets than their own mean).
@@ -159,8 +160,11 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         # Explained variance says nothing of a critic whose loss is under relative_fit_episode of
         # the targets' estimated square (an error of a tenth of their scale): targets that barely
         # vary about their level leave it ~0 however well the level is fit (a sparse reward, a
-        # long episode). Neither explained-variance rule then calls it stuck.
-        fits = math.isfinite(episode) and episode < t["relative_fit_episode"]
+        # long episode). Neither explained-variance rule then calls it stuck. A loss under
+        # relative_fit_episode_min of it is no such evidence: the critic's targets are then on
+        # another scale than the episodes' returns (rewards scaled down before the critic), and
+        # the estimate says nothing either way.
+        fits = math.isfinite(episode) and t["relative_fit_episode_min"] <= episode < t["relative_fit_episode"]
         if fits:
             evidence["value_loss_fits_episode_scale"] = True
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
