@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.preprocessing import get_obs_shape
 
 from stability.gradients import GradNormMonitor
 from stability.signals import PREFIX, SB3_KEYS, History, group_steps
@@ -505,12 +506,12 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
     """Largest |mean action| the Gaussian policy gives on a few rollout observations."""
     if not hasattr(policy, "log_std") or not hasattr(policy, "action_net") or hasattr(policy, "lstm_actor"):
         return None
-    shape = getattr(getattr(policy, "observation_space", None), "shape", None)
-    if not isinstance(observations, np.ndarray) or not shape:
+    if not isinstance(observations, np.ndarray):
         return None
     # (n_steps, n_envs, *obs) while the rollout is fresh; (n_steps * n_envs, *obs) once the
-    # algorithm's train() has read the buffer, which is how a run that ends mid-group leaves it
-    flat = observations.reshape(-1, *shape)
+    # algorithm's train() has read the buffer, which is how a run that ends mid-group leaves it.
+    # The buffer's own per-observation shape reads both.
+    flat = observations.reshape(-1, *get_obs_shape(policy.observation_space))
     idx = np.linspace(0, len(flat) - 1, num=min(sample, len(flat))).astype(int)
     with th.no_grad():
         obs, _ = policy.obs_to_tensor(flat[idx])

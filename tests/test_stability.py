@@ -518,14 +518,12 @@ def test_a2c_plain_log_calls_a_critic_worse_than_its_targets_mean_stuck_once_the
 def test_a_run_that_ends_mid_group_on_one_env_closes_without_a_crash():
     """At the end of training the last rollout buffer has been flattened by train(); the
     callback's last probe of the Gaussian's mean must read it in that layout too."""
-    import torch as th
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_vec_env
 
     from stability import StabilityCallback
     from sweeps.repro_envs import make_spiky_targets
 
-    th.set_num_threads(1)
     env = make_vec_env(make_spiky_targets, n_envs=1, seed=0)
     model = A2C("MlpPolicy", env, seed=0, device="cpu", n_steps=5, policy_kwargs={"net_arch": [8]})
     # 4 updates a record; the 11th record (a probed one) is the 2 updates training ends with
