@@ -105,8 +105,9 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
                 f"{backend} at once",
                 highlight=False,
             )
-            if note := samplers.fallback(spec.sampler.kind, spec.dims):
-                console.print(f"note: {note}", highlight=False, markup=False)
+            for note in [*be.notes, samplers.fallback(spec.sampler.kind, spec.dims)]:
+                if note:
+                    console.print(f"note: {note}", highlight=False, markup=False)
             if started_from := study.warm_start(the_study, spec):
                 console.print(
                     f"warm start from '{started_from.source}': {started_from.enqueued} of its best safe "

@@ -231,6 +231,8 @@ class BackendSpec(_Model):
     # local: the GPUs its workers share (CUDA ids as the driver sees them), jobs_per_gpu workers each
     gpus: list[Annotated[int, Field(ge=0)]] | None = None
     jobs_per_gpu: int = Field(1, ge=1, le=64)
+    # local, with gpus: a CUDA MPS daemon for the workers (auto: when two share a GPU, if it can start)
+    mps: Literal["auto", "on", "off"] = "auto"
 
     @field_validator("address")
     @classmethod
@@ -490,9 +492,18 @@ def _backend_issues(backend: BackendSpec) -> list[Issue]:
     """Settings that only the Ray backend can honour, asked of the local one; and Ray itself,
     an optional extra, asked for where it is not installed."""
     if backend.kind == "ray":
-        if backend.gpus is not None or backend.jobs_per_gpu != 1:
-            key = "backend.gpus" if backend.gpus is not None else "backend.jobs_per_gpu"
-            return [Issue(key, "applies to kind 'local' only; Ray shares GPUs by resources_per_trial.gpu")]
+        set_here = [
+            key
+            for key, given in (
+                ("gpus", backend.gpus is not None),
+                ("jobs_per_gpu", backend.jobs_per_gpu != 1),
+                ("mps", backend.mps != "auto"),
+            )
+            if given
+        ]
+        if set_here:
+            ray_shares = "applies to kind 'local' only; Ray shares GPUs by resources_per_trial.gpu"
+            return [Issue(f"backend.{set_here[0]}", ray_shares)]
         if not ray_installed():
             return [
                 Issue(
@@ -508,6 +519,8 @@ def _backend_issues(backend: BackendSpec) -> list[Issue]:
         issues.append(Issue("backend.gpus", "an empty list; name at least one GPU id, or drop the key"))
     if backend.gpus is None and backend.jobs_per_gpu != 1:
         issues.append(Issue("backend.jobs_per_gpu", "applies with backend.gpus (the GPUs to share); set both"))
+    if backend.gpus is None and backend.mps == "on":
+        issues.append(Issue("backend.mps", "'on' applies with backend.gpus (the GPUs its workers share); set both"))
     if backend.gpus and backend.device == "cpu":
         issues.append(Issue("backend.device", "'cpu' with backend.gpus: the GPUs would sit idle; use auto or cuda"))
     if backend.address is not None:

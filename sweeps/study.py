@@ -35,6 +35,7 @@ _ADDED_LATER: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("warm_start",), None),
     (("backend", "gpus"), None),
     (("backend", "jobs_per_gpu"), 1),
+    (("backend", "mps"), "auto"),
 )
 
 

@@ -81,6 +81,8 @@ def run(config: TrialConfig, reporter: Reporter) -> TrialResult:
 
     torch.set_num_threads(config.torch_threads)
     device = resolve_device(config.device)
+    if device.startswith("cuda"):  # a reused worker: this seed's peak, not an earlier one's
+        torch.cuda.reset_peak_memory_stats()
     algo_class = algos.load_class(config.algo)
     built = knobs.build(algo_class, config.policy, config.hyperparams)
     env = knobs.wrap_train_env(envs.make_vec_env(config.env, config.env.get("n_envs", 1), seed=config.seed), built)
@@ -199,9 +201,16 @@ def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float,
 
 
 def _placement(device: str) -> dict[str, str]:
-    """Where the seed trained: its torch device and the GPUs its worker was allowed to see."""
+    """Where the seed trained: its torch device and the GPUs its worker was allowed to see, and on a
+    GPU the most memory torch's allocator held there (MiB): what decides how many jobs share one."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return {"device": device} | ({"cuda_visible_devices": visible} if visible else {})
+    where = {"device": device} | ({"cuda_visible_devices": visible} if visible else {})
+    if device.startswith("cuda"):
+        import torch
+
+        where["gpu_peak_mib"] = f"{torch.cuda.max_memory_reserved() / 2**20:.0f}"
+        where["cuda_mps"] = "told" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
+    return where
 
 
 def _verdict(watch: Any) -> dict[str, Any]:

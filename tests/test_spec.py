@@ -391,6 +391,9 @@ def test_the_ray_backend_without_ray_installed_says_how_to_get_it(monkeypatch):
         ({"gpus": [0], "device": "cpu"}, "backend.device", "sit idle"),
         ({"gpus": [-1]}, "backend.gpus.0", "greater than or equal to 0"),
         ({"kind": "ray", "gpus": [0]}, "backend.gpus", "kind 'local' only"),
+        ({"kind": "ray", "mps": "off"}, "backend.mps", "kind 'local' only"),
+        ({"mps": "on"}, "backend.mps", "applies with backend.gpus"),
+        ({"gpus": [0], "mps": "sometimes"}, "backend.mps", "not one of auto, on, off"),
     ],
 )
 def test_local_gpu_sharing_settings_are_checked(backend, path, says):

@@ -24,7 +24,7 @@ def make(
         from sweeps.backends._local import LocalBackend, gpu_slots
 
         slots = gpu_slots(settings.gpus, settings.jobs_per_gpu) if settings.gpus else None
-        return LocalBackend(workers, warm_imports, gpus=slots)
+        return LocalBackend(workers, warm_imports, gpus=slots, mps=settings.mps)
     if settings.kind == "ray":
         from sweeps.backends._ray import RayBackend, RaySettings
 

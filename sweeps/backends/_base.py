@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ class Started:
     device: str | None = None  # Ray: the torch device the job was given
     gpu_ids: tuple[str, ...] = ()  # Ray: the GPUs it was given
     cuda_visible_devices: str | None = None
+    cuda_mps: bool = False  # local: the worker was told of the sweep's CUDA MPS daemon
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class Backend(abc.ABC):
 
     name: str = "base"
     capacity: int = 1
+    notes: Sequence[str] = ()  # what the user should read as the sweep starts (GPUs shared without MPS, say)
 
     @abc.abstractmethod
     def submit(self, config: TrialConfig) -> None:

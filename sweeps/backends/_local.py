@@ -24,6 +24,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from sweeps.backends._base import JOB, WORKER_DIED, Backend, Event, Failure, failure, from_wire, load_job
+from sweeps.backends._mps import PIPE_VAR, Mps, MpsUnavailable
+from sweeps.backends._reaper import die_with_parent
 from sweeps.errors import UsageError
 from sweeps.trial import TrialConfig
 
@@ -46,16 +48,6 @@ class _PipeReporter:
         self.conn.send(("metrics", self.key, (int(step), values)))
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this worker when the driver dies (even by SIGKILL)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _worker_main(
     name: str,
     conn: Connection,
@@ -63,10 +55,12 @@ def _worker_main(
     cancelled: Any,
     job: str = JOB,
     gpu: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> None:
-    _die_with_parent()
+    die_with_parent()
     if gpu is not None:  # before torch is imported: this worker sees its GPU only
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    os.environ.update(env or {})  # e.g. the sweep's CUDA MPS pipe, read when CUDA starts
     driver = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for var in _THREAD_VARS:
@@ -94,6 +88,7 @@ def _worker_main(
                     "node": socket.gethostname(),
                     "pid": os.getpid(),
                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "cuda_mps": bool(os.environ.get(PIPE_VAR)),
                 },
             )
         )
@@ -129,21 +124,56 @@ class LocalBackend(Backend):
     name = "local"
 
     def __init__(
-        self, workers: int, warm_imports: tuple[str, ...] = (), job: str = JOB, gpus: list[str] | None = None
+        self,
+        workers: int,
+        warm_imports: tuple[str, ...] = (),
+        job: str = JOB,
+        gpus: list[str] | None = None,
+        mps: str = "off",
     ) -> None:
         """``gpus``: a ``CUDA_VISIBLE_DEVICES`` value per worker slot (see gpu_slots): at most that
-        many workers, each seeing only its GPU."""
+        many workers, each seeing only its GPU. ``mps`` (with ``gpus``): ``auto`` starts a CUDA MPS
+        daemon for the workers when two of them share a GPU, going on without it (and saying so in
+        ``notes``) where it cannot start; ``on`` starts one whenever GPUs are given, and refuses to
+        run without it (UsageError); ``off`` never does. See _mps."""
         if workers < 1:
             raise ValueError(f"`workers >= 1` must hold, but got workers={workers}")
         self._gpus = gpus
         self.capacity = min(workers, len(gpus)) if gpus else workers
+        self.notes: list[str] = []
+        self._mps = self._start_mps(mps, gpus[: self.capacity] if gpus else [])
         self._ctx = mp.get_context("spawn")
         self._workers: list[dict[str, Any]] = []
         self._serial = 0
         self._warm = tuple(warm_imports)
         self._job = job
-        for slot in range(self.capacity):
-            self._workers.append(self._spawn(slot))
+        try:
+            for slot in range(self.capacity):
+                self._workers.append(self._spawn(slot))
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_mps(self, mode: str, used: list[str]) -> Mps | None:
+        shared = sorted({g for g in used if used.count(g) > 1})
+        if mode == "off" or not used or (mode == "auto" and not shared):
+            return None
+        try:
+            daemon = Mps.start()
+        except MpsUnavailable as exc:
+            if mode == "on":
+                raise UsageError(
+                    f"backend.mps: 'on', but no CUDA MPS daemon could be started: {exc}; "
+                    "use 'auto' to share GPUs without it, or 'off'"
+                ) from exc
+            self.notes.append(
+                f"GPU {', '.join(shared)} shared without CUDA MPS ({exc}): processes then take turns on "
+                "the GPU, and small networks train well below what MPS allows (set backend.mps: off to "
+                "silence this)"
+            )
+            return None
+        self.notes.append(f"GPU {', '.join(sorted(set(used)))}: workers share through a CUDA MPS daemon of this sweep")
+        return daemon
 
     def _spawn(self, slot: int) -> dict[str, Any]:
         self._serial += 1
@@ -160,6 +190,7 @@ class LocalBackend(Backend):
                 cancelled,
                 self._job,
                 gpu,
+                self._mps.env() if self._mps else None,
             ),
             name=name,
             daemon=True,
@@ -249,3 +280,6 @@ class LocalBackend(Backend):
             worker["proc"].join(timeout=5)
             worker["conn"].close()
         self._workers = []
+        if self._mps is not None:  # after its clients: quitting ends the MPS server too
+            self._mps.stop()
+            self._mps = None

@@ -10,6 +10,7 @@ closes without a goodbye (the driver died), it kills those processes and exits.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,17 @@ for pid, start in tracked:
     except (OSError, ValueError, IndexError):
         pass
 """
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (even by SIGKILL). Called in
+    the child: first thing in a worker, or as a helper's ``preexec_fn``."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def process_table() -> dict[int, tuple[int, str, str]]:
