@@ -463,17 +463,18 @@ def test_few_return_records_that_span_enough_long_episodes_are_a_constant_reward
     assert "degenerate_reward" not in {f.kind for f in judge(h.prefix(8)).findings}
 
 
-def _plain_long_episodes(returns: list[float], every: int = 200) -> History:
+def _plain_long_episodes(returns: list[float], every: int = 200, lengths: list[float] | None = None) -> History:
     """A plain SB3 log of a run whose 999-step episodes end in waves: ``ep_return`` is the
     logger's running mean, re-logged at every update whether or not an episode ended."""
     n = len(returns)
+    lengths = lengths or [999.0] * n
     h = History(total_steps=n * every)
     for i, value in enumerate(returns):
         h.add(
             (i + 1) * every,
             {
                 "ep_return": value,
-                "ep_length": 999.0,
+                "ep_length": lengths[i],
                 "entropy": 1.4,
                 "value_loss": 1.0 / (1 + i),
                 "explained_variance": 0.5,
@@ -497,6 +498,17 @@ def test_a_plain_log_whose_every_episode_returned_the_same_is_degenerate_once_en
     assert judge(_plain_long_episodes([499.5] * 60)).verdict == "degenerate_reward"
     # the same for 40 updates is 8 episodes: too few to tell a constant reward
     assert "degenerate_reward" not in {f.kind for f in judge(_plain_long_episodes([499.5] * 40)).findings}
+
+
+def test_a_plain_log_whose_episodes_all_paid_one_success_of_varying_length_is_not_degenerate():
+    """A sparse corridor pays 1 on reaching its end: a policy that always gets there returns 1 in
+    every episode, in more or fewer steps. One reward on every step would have paid in proportion
+    to the length, so the steps paid different rewards and the rollouts carry a signal."""
+    sooner = [40.0 - 0.3 * i for i in range(60)]  # it gets there sooner as it learns
+    found = judge(_plain_long_episodes([1.0] * 60, lengths=sooner))
+    assert "degenerate_reward" not in {f.kind for f in found.findings}
+    # the same lengths with a total of 0: a reward of 0 on every step pays that, whatever the length
+    assert judge(_plain_long_episodes([0.0] * 60, lengths=sooner)).verdict == "degenerate_reward"
 
 
 def test_a_first_gradient_after_an_early_level_of_about_zero_is_not_exploding():

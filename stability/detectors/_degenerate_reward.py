@@ -59,7 +59,9 @@ class DegenerateReward(Detector):
 
     def _from_returns(self, history: History, t: dict[str, Any]) -> Finding | None:
         """A plain log has no reward statistics: every episode of the run, from the first logged
-        on, returned the same total. (A solved task's constant return came after varying ones.)
+        on, returned the same total, and that total is 0 or the episodes all lasted as long (so
+        one reward on every step could have paid it). (A solved task's constant return came after
+        varying ones.)
         Certain, as the callback's rewards constant from the first rollout are, whether or not the
         policy also froze: a policy that never saw a return change had nothing to learn from, and
         the two paths name the same cause for the same run."""
@@ -67,6 +69,12 @@ class DegenerateReward(Detector):
         if not _enough_episodes(history, returns, 0, t):
             return None
         if max(returns) - min(returns) > t["spread_eps"] * max(1.0, abs(returns[0])):
+            return None
+        if _lengths_vary(history, t) and abs(returns[0]) > t["spread_eps"]:
+            # Episodes of different lengths returned the same non-zero total. Were every step paid
+            # one reward r, each return would be r times its length: so steps paid different
+            # rewards (a success paid once, say, reached every time), and the rollouts do carry
+            # a signal. Only a total of 0 is what a reward of 0 on every step would give.
             return None
         return Finding(
             self.name,
@@ -78,6 +86,12 @@ class DegenerateReward(Detector):
                 "give the agent a reward it can change (shaping), or a start state that can reach it",
             ],
         )
+
+
+def _lengths_vary(history: History, t: dict[str, Any]) -> bool:
+    """Whether the logged mean episode length changed over the run."""
+    lengths = [v for v in history.values("ep_length") if v > 0]
+    return bool(lengths) and max(lengths) - min(lengths) > t["spread_eps"] * max(1.0, max(lengths))
 
 
 def _enough_episodes(history: History, returns: list[float], start_step: int, t: dict[str, Any]) -> bool:
