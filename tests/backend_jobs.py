@@ -7,7 +7,10 @@ import os
 import time
 from typing import Any
 
+from sweeps.backends._base import TERMINAL, Backend, Event
 from sweeps.trial import TrialConfig, TrialResult
+
+JOB = "tests.backend_jobs:job"  # what the backend tests run in place of a training
 
 
 def job(config: TrialConfig, reporter: Any) -> TrialResult:
@@ -45,3 +48,19 @@ def config(trial: int, **plan: Any) -> TrialConfig:
         hyperparams=plan,
         total_timesteps=1,
     )
+
+
+def until_ended(be: Backend, keys: set[tuple[int, int]], timeout: float = 120) -> dict[tuple[int, int], list[Event]]:
+    """Every event of ``keys`` until each has ended, and for a moment after (to see any extra)."""
+    events: dict[tuple[int, int], list[Event]] = {k: [] for k in keys}
+    deadline, quiet_until = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        for e in be.poll(0.2):
+            if e.key in events:
+                events[e.key].append(e)
+        ended = all(any(e.kind in TERMINAL for e in evs) for evs in events.values())
+        if ended and quiet_until is None:
+            quiet_until = time.monotonic() + 2.0
+        if quiet_until is not None and time.monotonic() > quiet_until:
+            return events
+    raise AssertionError(f"jobs did not end in {timeout} s: {events}")

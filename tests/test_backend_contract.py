@@ -11,12 +11,11 @@ from itertools import count
 import pytest
 
 from sweeps.backends import Backend, Cancelled, Event, Failure, Metrics
+from sweeps.backends._base import TERMINAL
 from sweeps.trial import TrialResult
-from tests.backend_jobs import config
+from tests.backend_jobs import JOB, config, until_ended
 from tests.helpers import descendants
 
-JOB = "tests.backend_jobs:job"
-TERMINAL = ("finished", "failed", "cancelled")
 _trials = count(1)
 
 
@@ -38,22 +37,6 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     be.close()
 
 
-def _until_ended(be: Backend, keys: set[tuple[int, int]], timeout: float = 120) -> dict[tuple[int, int], list[Event]]:
-    """Every event of ``keys`` until each has ended, and for a moment after (to see any extra)."""
-    events: dict[tuple[int, int], list[Event]] = {k: [] for k in keys}
-    deadline, quiet_until = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        for e in be.poll(0.2):
-            if e.key in events:
-                events[e.key].append(e)
-        ended = all(any(e.kind in TERMINAL for e in evs) for evs in events.values())
-        if ended and quiet_until is None:
-            quiet_until = time.monotonic() + 2.0
-        if quiet_until is not None and time.monotonic() > quiet_until:
-            return events
-    raise AssertionError(f"jobs did not end in {timeout} s: {events}")
-
-
 def _kinds(events: list[Event]) -> list[str]:
     return [e.kind for e in events]
 
@@ -61,7 +44,7 @@ def _kinds(events: list[Event]) -> list[str]:
 def test_events_come_in_order_started_metrics_finished(backend: Backend) -> None:
     job = config(next(_trials), updates=3)
     backend.submit(job)
-    events = _until_ended(backend, {job.key})[job.key]
+    events = until_ended(backend, {job.key})[job.key]
     kinds = _kinds(events)
     assert kinds[0] == "started" and kinds[-1] == "finished" and kinds.count("finished") == 1, kinds
     assert set(kinds[1:-1]) == {"metrics"}
@@ -73,7 +56,7 @@ def test_events_come_in_order_started_metrics_finished(backend: Backend) -> None
 def test_a_job_that_raises_fails_with_its_error(backend: Backend) -> None:
     job = config(next(_trials), updates=1, end="raise")
     backend.submit(job)
-    events = _until_ended(backend, {job.key})[job.key]
+    events = until_ended(backend, {job.key})[job.key]
     assert _kinds(events).count("failed") == 1 and events[-1].kind == "failed"
     payload = events[-1].payload
     assert isinstance(payload, Failure) and not payload.worker_died
@@ -84,12 +67,12 @@ def test_a_job_that_raises_fails_with_its_error(backend: Backend) -> None:
 def test_a_killed_worker_is_worker_died_and_the_backend_goes_on(backend: Backend) -> None:
     job = config(next(_trials), updates=1, end="exit")
     backend.submit(job)
-    events = _until_ended(backend, {job.key})[job.key]
+    events = until_ended(backend, {job.key})[job.key]
     assert [e.kind for e in events if e.kind in TERMINAL] == ["failed"]
     assert isinstance(events[-1].payload, Failure) and events[-1].payload.worker_died
     after = config(next(_trials), updates=1)
     backend.submit(after)
-    assert _kinds(_until_ended(backend, {after.key})[after.key])[-1] == "finished"
+    assert _kinds(until_ended(backend, {after.key})[after.key])[-1] == "finished"
 
 
 def test_cancelling_a_running_and_a_just_submitted_job_ends_each_once_with_the_reason(backend: Backend) -> None:
@@ -104,7 +87,7 @@ def test_cancelling_a_running_and_a_just_submitted_job_ends_each_once_with_the_r
     backend.submit(queued)
     started = time.monotonic()
     backend.cancel([running.key, queued.key], "doomed by a sibling seed")
-    events = _until_ended(backend, {running.key, queued.key})
+    events = until_ended(backend, {running.key, queued.key})
     assert time.monotonic() - started < 30  # stopped, not run to the end
     for key, evs in events.items():
         terminal = [e for e in evs if e.kind in TERMINAL]
@@ -134,11 +117,11 @@ def test_the_worker_of_a_stopped_job_runs_the_next_job(kind: str) -> None:
             seen += [e for e in be.poll(0.2) if e.key == stopped.key]
         assert any(e.kind == "metrics" for e in seen), seen
         be.cancel([stopped.key], "doomed by a sibling seed")
-        ended = seen + _until_ended(be, {stopped.key}, timeout=60)[stopped.key]
+        ended = seen + until_ended(be, {stopped.key}, timeout=60)[stopped.key]
         assert [e.kind for e in ended if e.kind in TERMINAL] == ["cancelled"]
         after = config(next(_trials), updates=2)  # submitted once the slot is free, as the driver does
         be.submit(after)
-        events = _until_ended(be, {after.key}, timeout=60)[after.key]
+        events = until_ended(be, {after.key}, timeout=60)[after.key]
         assert _kinds(events)[-1] == "finished"
         pids = [next(e.payload.pid for e in evs if e.kind == "started") for evs in (ended, events)]
         assert pids[0] == pids[1]  # the same worker process ran both
@@ -180,7 +163,7 @@ def test_a_local_worker_that_dies_idle_is_reported_on_its_next_job_and_poll_stil
     try:
         first = config(next(_trials), updates=1)
         be.submit(first)
-        events = _until_ended(be, {first.key})[first.key]
+        events = until_ended(be, {first.key})[first.key]
         pid = next(e.payload.pid for e in events if e.kind == "started")
         os.kill(pid, signal.SIGKILL)
         if reaped_here:
@@ -192,11 +175,11 @@ def test_a_local_worker_that_dies_idle_is_reported_on_its_next_job_and_poll_stil
         assert be.poll(0.5) == [] and time.monotonic() - started >= 0.45
         doomed = config(next(_trials), updates=1)
         be.submit(doomed)
-        ended = _until_ended(be, {doomed.key}, timeout=30)[doomed.key]
+        ended = until_ended(be, {doomed.key}, timeout=30)[doomed.key]
         assert _kinds(ended) == ["failed"] and ended[0].payload.worker_died
         after = config(next(_trials), updates=1)
         be.submit(after)
-        assert _kinds(_until_ended(be, {after.key}, timeout=60)[after.key])[-1] == "finished"
+        assert _kinds(until_ended(be, {after.key}, timeout=60)[after.key])[-1] == "finished"
     finally:
         be.close()
 
@@ -212,7 +195,7 @@ def test_local_workers_share_gpus_each_seeing_only_its_own() -> None:
         jobs = [config(next(_trials), updates=2, sleep=0.5) for _ in range(4)]
         for job in jobs:
             be.submit(job)
-        events = _until_ended(be, {j.key for j in jobs})
+        events = until_ended(be, {j.key for j in jobs})
         seen = sorted(e.payload.cuda_visible_devices for evs in events.values() for e in evs if e.kind == "started")
         assert seen == ["0", "0", "1", "1"]
     finally:

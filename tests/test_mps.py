@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 import stat
 import time
+from itertools import count
 from pathlib import Path
 
 import pytest
 
 from sweeps.backends._mps import Mps, MpsUnavailable
-from tests.backend_jobs import config
-from tests.test_backend_contract import JOB, _trials, _until_ended
+from tests.backend_jobs import JOB, config, until_ended
+
+_trials = count(1)
 
 # -f: make the control pipe, then run until a client says quit (or FAKE_MPS_FAIL: exit at once).
 # No argument: a client; it reads commands from stdin, as the real one does.
@@ -81,7 +83,7 @@ def test_workers_sharing_a_gpu_are_told_of_the_sweeps_daemon_which_ends_with_the
         jobs = [config(next(_trials), updates=1) for _ in range(3)]
         for job in jobs:
             be.submit(job)
-        events = _until_ended(be, {j.key for j in jobs})
+        events = until_ended(be, {j.key for j in jobs})
         assert [e.payload.cuda_mps for evs in events.values() for e in evs if e.kind == "started"] == [True] * 3
     finally:
         be.close()
@@ -99,7 +101,7 @@ def test_auto_goes_on_without_mps_and_says_so_on_refuses(fake_mps: Path, monkeyp
         assert be.notes[0].startswith("GPU 0 shared without CUDA MPS (nvidia-cuda-mps-control -f exited with code 3)")
         job = config(next(_trials), updates=1)
         be.submit(job)
-        started = [e for e in _until_ended(be, {job.key})[job.key] if e.kind == "started"]
+        started = [e for e in until_ended(be, {job.key})[job.key] if e.kind == "started"]
         assert started[0].payload.cuda_mps is False
     finally:
         be.close()
