@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.backends._mps import Mps, MpsUnavailable
+from sweeps.backends._mps import Mps, MpsUnavailable, ray_share_note
 from tests.backend_jobs import JOB, config, until_ended
 
 _trials = count(1)
@@ -125,3 +125,9 @@ def test_no_daemon_where_no_gpu_is_shared_or_mps_is_off(fake_mps: Path) -> None:
         assert be._mps is None
     finally:
         be.close()
+
+
+def test_ray_trials_sharing_a_gpu_are_told_that_mps_is_the_nodes_to_start() -> None:
+    note = ray_share_note(0.25)
+    assert note is not None and "up to 4 trials on one GPU" in note and "nvidia-cuda-mps-control -d" in note
+    assert ray_share_note(1.0) is None and ray_share_note(0.0) is None and ray_share_note(2.0) is None

@@ -26,10 +26,11 @@ def make(
         slots = gpu_slots(settings.gpus, settings.jobs_per_gpu) if settings.gpus else None
         return LocalBackend(workers, warm_imports, gpus=slots, mps=settings.mps)
     if settings.kind == "ray":
+        from sweeps.backends._mps import ray_share_note
         from sweeps.backends._ray import RayBackend, RaySettings
 
         res = settings.resources_per_trial
-        return RayBackend(
+        backend = RayBackend(
             RaySettings(
                 address=settings.address,
                 cpu=res.cpu,
@@ -39,6 +40,8 @@ def make(
             ),
             limit=workers,
         )
+        backend.notes = [note] if (note := ray_share_note(res.gpu)) else []
+        return backend
     raise ValueError(f"backend '{settings.kind}' is not one of {', '.join(NAMES)}")
 
 

@@ -28,6 +28,19 @@ PIPE_VAR = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_VAR = "CUDA_MPS_LOG_DIRECTORY"
 
 
+def ray_share_note(gpu: float) -> str | None:
+    """What to tell a user whose Ray trials take a fraction of a GPU: Ray shares it by
+    ``CUDA_VISIBLE_DEVICES`` alone, so without an MPS daemon on the nodes (which rlsweep cannot
+    start there) the trials take turns on it, as local workers without MPS do."""
+    if not 0 < gpu < 1:
+        return None
+    return (
+        f"resources_per_trial.gpu {gpu:g}: Ray puts up to {int(1 // gpu)} trials on one GPU, and they take turns "
+        "on it unless the nodes run CUDA MPS (nvidia-cuda-mps-control -d, started by whoever runs the node): "
+        "small networks then train several times slower than they could"
+    )
+
+
 class MpsUnavailable(RuntimeError):
     """No MPS daemon could be started: the message says why."""
 
