@@ -200,6 +200,10 @@ def _unstable(config: TrialConfig, model: Any, watch: Any, train_seconds: float,
     )
 
 
+# Where a CUDA program looks for an MPS daemon; the local backend sets it in its workers (backends/_mps)
+MPS_PIPE_VAR = "CUDA_MPS_PIPE_DIRECTORY"
+
+
 def _placement(device: str) -> dict[str, str]:
     """Where the seed trained: its torch device and the GPUs its worker was allowed to see, and on a
     GPU the most memory torch's allocator held there (MiB): what decides how many jobs share one."""
@@ -209,7 +213,7 @@ def _placement(device: str) -> dict[str, str]:
         import torch
 
         where["gpu_peak_mib"] = f"{torch.cuda.max_memory_reserved() / 2**20:.0f}"
-        where["cuda_mps"] = "told" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
+        where["cuda_mps"] = "told" if os.environ.get(MPS_PIPE_VAR) else "no"
     return where
 
 

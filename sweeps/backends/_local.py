@@ -24,10 +24,10 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from sweeps.backends._base import JOB, WORKER_DIED, Backend, Event, Failure, failure, from_wire, load_job
-from sweeps.backends._mps import PIPE_VAR, Mps, MpsUnavailable
+from sweeps.backends._mps import Mps, MpsUnavailable
 from sweeps.backends._reaper import die_with_parent
 from sweeps.errors import UsageError
-from sweeps.trial import TrialConfig
+from sweeps.trial import MPS_PIPE_VAR, TrialConfig
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -88,7 +88,7 @@ def _worker_main(
                     "node": socket.gethostname(),
                     "pid": os.getpid(),
                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                    "cuda_mps": bool(os.environ.get(PIPE_VAR)),
+                    "cuda_mps": bool(os.environ.get(MPS_PIPE_VAR)),
                 },
             )
         )
