@@ -361,7 +361,7 @@ class EpisodeReturns:
     share of the returns' variance the critic explains) over the episodes finished since the last
     pop, once ``min_pairs`` steps have gathered (until then they carry over), and nothing while the
     returns are all ~0 (a constant zero reward, a sparse one not yet found: no scale to measure
-    against). Pooled sums only (the variance merged per episode, so a large mean loses no
+    against). Pooled sums only (the variance merged per pop, so a large mean loses no
     precision): memory is one unfinished episode per env; past ``cap`` steps its oldest steps are
     dropped, and only its last ``cap`` are measured.
     """
@@ -369,6 +369,9 @@ class EpisodeReturns:
     def __init__(self, gamma: float, min_pairs: int = 32, cap: int = 10_000) -> None:
         self.gamma, self.min_pairs, self.cap = gamma, min_pairs, cap
         self._open: dict[int, _OpenEpisode] = {}  # per env, the episode not finished yet
+        self._staged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # rollouts added since the last pop
+        self._staged_ends: np.ndarray | None = None
+        self._done: list[tuple[np.ndarray, np.ndarray]] = []  # finished episodes' values and returns, this flush
         self._reset()
 
     def _reset(self) -> None:
@@ -377,15 +380,29 @@ class EpisodeReturns:
 
     def add(self, values: np.ndarray, rewards: np.ndarray, starts: np.ndarray, last_ends: Any) -> None:
         """One rollout, arrays of shape (steps, envs); ``starts[t]`` marks step t as the first of an
-        episode, ``last_ends`` (per env) whether the rollout's last step ended one."""
-        values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
-        rewards = np.asarray(rewards, dtype=np.float64).reshape(values.shape)
-        starts = np.asarray(starts).reshape(values.shape)
+        episode, ``last_ends`` (per env) whether the rollout's last step ended one. Copied and kept
+        until :meth:`pop`, which reads the rollouts since the last pop as one: A2C's rollouts are
+        5 steps, and per-rollout work would cost more than the rollout."""
+        values = np.array(values, dtype=np.float64).reshape(len(values), -1)
+        self._staged.append(
+            (values, np.array(rewards, dtype=np.float64).reshape(values.shape), np.array(starts).reshape(values.shape))
+        )
+        self._staged_ends = last_ends if last_ends is None else np.array(last_ends).reshape(-1)
+
+    def _flush(self) -> None:
+        """Split the staged rollouts into each env's episodes; measure the ones that finished."""
+        if not self._staged:
+            return
+        staged, self._staged = self._staged, []
+        if len(staged) == 1:
+            values, rewards, starts = staged[0]
+        else:  # consecutive rollouts: a rollout's first step follows the last one's last step
+            values, rewards, starts = (np.concatenate(part) for part in zip(*staged, strict=True))
         n_envs = values.shape[1]
         # Python lists for the per-env flags: indexing numpy arrays element by element is slow
-        ends = np.asarray(last_ends).reshape(-1).tolist() if last_ends is not None else []
+        ends = self._staged_ends.tolist() if self._staged_ends is not None else []
         first = starts[0].tolist()
-        inner = starts[1:].any(axis=0).reshape(-1).tolist()  # envs with an episode starting in this rollout
+        inner = starts[1:].any(axis=0).reshape(-1).tolist()  # envs with an episode starting in these rollouts
         for env in range(n_envs):
             if first[env]:
                 self._finish(env)
@@ -398,6 +415,7 @@ class EpisodeReturns:
             self._keep(env, values[a:, env], rewards[a:, env])
             if env < len(ends) and ends[env]:
                 self._finish(env)
+        self._absorb()
 
     def _keep(self, env: int, values: np.ndarray, rewards: np.ndarray) -> None:
         kept = self._open.setdefault(env, _OpenEpisode())
@@ -421,7 +439,14 @@ class EpisodeReturns:
         for r in reversed(paid):
             running = r + gamma * running
             backwards.append(running)
-        returns = np.array(backwards[::-1])
+        self._done.append((values, np.array(backwards[::-1])))
+
+    def _absorb(self) -> None:
+        """Pool the episodes finished by one flush into the sums (one merge for all of them)."""
+        if not self._done:
+            return
+        done, self._done = self._done, []
+        values, returns = (np.concatenate(part) for part in zip(*done, strict=True))
         ok = np.isfinite(values) & np.isfinite(returns)
         if not ok.any():
             return
@@ -436,6 +461,7 @@ class EpisodeReturns:
         self._square += float(np.sum(g * g))
 
     def pop(self) -> dict[str, float]:
+        self._flush()
         if self._n < self.min_pairs:
             return {}
         n = self._n

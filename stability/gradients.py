@@ -51,9 +51,13 @@ class GradNormMonitor:
     ) -> None:
         self.max_grad_norm = max_grad_norm
         self._role = {id(p): ROLES.index(role_of(name)) for name, p in policy.named_parameters()}
-        self._index: dict[tuple[int, ...], tuple[th.Tensor, list[int]]] = {}  # per parameter list, built once
-        self._pending: dict[str, float] | None = None
-        self.steps: list[dict[str, float]] = []
+        # per parameter list (built once): its role-membership matrix and the roles it touches
+        self._index: dict[tuple[int, ...], tuple[th.Tensor, list[int]]] = {}
+        self._pending: tuple[tuple[int, ...], th.Tensor] | None = None
+        # one entry per optimizer step: the parameter list's key and its per-parameter norms. The
+        # split by role is summed at pop(), for all the steps at once: A2C steps every few env
+        # steps, and per-step bookkeeping is what its training time would notice.
+        self.steps: list[tuple[tuple[int, ...], th.Tensor]] = []
         if optimizers is None:  # on-policy SB3: one optimizer; off-policy: the actor's and the critic's
             single = getattr(policy, "optimizer", None)
             optimizers = [single] if single is not None else [getattr(policy, m).optimizer for m in ("actor", "critic")]
@@ -73,45 +77,57 @@ class GradNormMonitor:
         L2 norm SB3 uses: one norm pass instead of two, so recording costs next to nothing)."""
         params = [parameters] if isinstance(parameters, th.Tensor) else list(parameters)
         present = [p for p in params if p.grad is not None]
-        if norm_type != 2.0 or error_if_nonfinite or not present:
-            self._pending = self._norms(present)[0]
+        if not present:
             return self._original(params, max_norm, norm_type, error_if_nonfinite, foreach)
-        self._pending, norms = self._norms(present)
-        total = th.linalg.vector_norm(norms)
+        self._pending = self._norms(present)
+        if norm_type != 2.0 or error_if_nonfinite:
+            return self._original(params, max_norm, norm_type, error_if_nonfinite, foreach)
+        total = th.linalg.vector_norm(self._pending[1])
         th._foreach_mul_([p.grad for p in present if p.grad is not None], th.clamp(max_norm / (total + 1e-6), max=1.0))
         return total
 
-    def _norms(self, present: list[th.Tensor]) -> tuple[dict[str, float], th.Tensor]:
-        """Squared gradient norm per role of parameters that have a gradient, and the per-parameter norms."""
-        if not present:
-            return {}, th.zeros(0)
+    @staticmethod
+    def _norms(present: list[th.Tensor]) -> tuple[tuple[int, ...], th.Tensor]:
+        """The parameter list's key and the L2 norm of each parameter's gradient (one fused call)."""
         norms = th.stack(th._foreach_norm([p.grad.detach() for p in present if p.grad is not None]))
-        key = tuple(id(p) for p in present)
-        if key not in self._index:
-            roles = [self._role.get(i, ROLES.index("shared")) for i in key]
-            self._index[key] = (th.tensor(roles, device=norms.device), sorted(set(roles)))
-        index, here = self._index[key]
-        squared = th.zeros(len(ROLES), device=norms.device, dtype=norms.dtype).index_add_(0, index, norms * norms)
-        values = squared.tolist()
-        return {ROLES[r]: values[r] for r in here}, norms
+        return tuple(id(p) for p in present), norms
 
     def _close(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        by_role, self._pending = self._pending, None
-        if by_role is None:  # nothing clipped before this step: its gradients are the raw ones
-            by_role = self._norms(
-                [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-            )[0]
-        if not by_role:
-            return
-        record = {role: math.sqrt(value) for role, value in by_role.items()}
-        record["total"] = math.sqrt(sum(by_role.values()))
-        self.steps.append(record)
+        pending, self._pending = self._pending, None
+        if pending is None:  # nothing clipped before this step: its gradients are the raw ones
+            present = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if not present:
+                return
+            pending = self._norms(present)
+        self.steps.append(pending)
+
+    def _by_role(self) -> list[dict[str, float]]:
+        """Each step's gradient norm per role it touched, and in all (``total``)."""
+        # the steps grouped by parameter list: each group's split by role is one index_add
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (key, _) in enumerate(self.steps):
+            groups.setdefault(key, []).append(i)
+        rows: list[dict[str, float]] = [{} for _ in self.steps]
+        for key, at in groups.items():
+            if key not in self._index:
+                roles = [self._role.get(i, ROLES.index("shared")) for i in key]
+                self._index[key] = (th.tensor(roles, device=self.steps[at[0]][1].device), sorted(set(roles)))
+            index, here = self._index[key]
+            stacked = th.stack([self.steps[i][1] for i in at]).double()
+            squared = th.zeros(len(at), len(ROLES), dtype=stacked.dtype, device=stacked.device)
+            per_role = squared.index_add_(1, index, stacked * stacked).tolist()
+            for i, values in zip(at, per_role, strict=True):
+                row = {ROLES[r]: math.sqrt(values[r]) for r in here}
+                row["total"] = math.sqrt(sum(values[r] for r in here))
+                rows[i] = row
+        return rows
 
     def pop(self) -> dict[str, float]:
         """Summary of the steps since the last call, as ``train/*`` metric names; {} if none."""
-        steps, self.steps = self.steps, []
-        if not steps:
+        if not self.steps:
             return {}
+        steps = self._by_role()
+        self.steps = []
         totals = [s["total"] for s in steps]
         out = {"train/grad_norm": sum(totals) / len(totals), "train/grad_norm_max": max(totals)}
         for role in ROLES:  # averaged over the steps that touched the role (off-policy steps touch one)

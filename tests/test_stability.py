@@ -468,6 +468,7 @@ def test_episode_returns_measure_nothing_against_returns_of_zero_and_keep_envs_a
     for _ in range(3):
         tracker.add(np.zeros((3, 1)), np.ones((3, 1)), np.zeros((3, 1)), [False])
     tracker.add(np.zeros((1, 1)), np.ones((1, 1)), np.zeros((1, 1)), [True])
+    tracker._flush()
     assert tracker._n == 4
 
 
@@ -532,3 +533,44 @@ def test_a_run_that_ends_mid_group_on_one_env_closes_without_a_crash():
     assert cb.history.steps[-1] == 210 and len(cb.history) == 11
     probed, _ = cb.history.series["loc_abs_max"]
     assert probed[-1] == 10  # the last record was probed, in the flattened layout
+
+
+def test_gradient_norms_split_by_role_exactly_and_keep_an_infinite_role_apart():
+    import torch as th
+
+    from stability.gradients import GradNormMonitor
+
+    class Policy(th.nn.Module):  # SB3's parameter names decide the roles
+        def __init__(self) -> None:
+            super().__init__()
+            self.action_net = th.nn.Linear(3, 2)
+            self.value_net = th.nn.Linear(3, 1)
+            self.log_std = th.nn.Parameter(th.zeros(2))
+            self.optimizer = th.optim.SGD(self.parameters(), lr=0.0)
+
+    policy = Policy()
+    monitor = GradNormMonitor(policy, max_grad_norm=1.0)
+    grads = {"actor": 3.0, "critic": 4.0, "log_std": 12.0}
+    expected = []
+    try:
+        for critic in (4.0, math.inf, 4.0):
+            for name, p in policy.named_parameters():
+                role = "log_std" if name == "log_std" else "actor" if name.startswith("action") else "critic"
+                size = grads[role] if role != "critic" else critic
+                # every element equal, scaled so that the role's norm is exactly `size`
+                parts = [q for n, q in policy.named_parameters() if n.split(".")[0] == name.split(".")[0]]
+                p.grad = th.full_like(p, size / math.sqrt(sum(q.numel() for q in parts)))
+            total = th.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)  # the monitor stands in for torch's
+            policy.optimizer.step()
+            expected.append(math.sqrt(9 + critic**2 + 144))
+            assert float(total) == pytest.approx(expected[-1]) or math.isinf(critic)
+        out = monitor.pop()
+    finally:
+        monitor.close()
+    assert th.nn.utils.clip_grad_norm_ is not monitor._clip  # torch's own again
+    # the actor and log_std roles are untouched by the critic's infinite step
+    assert out["train/grad_norm_actor"] == pytest.approx(3.0)
+    assert out["train/grad_norm_log_std"] == pytest.approx(12.0)
+    assert math.isinf(out["train/grad_norm_critic"]) and math.isinf(out["train/grad_norm_max"])
+    assert out["train/grad_clipped_fraction"] == 1.0
+    assert monitor.pop() == {}  # popped: the next update starts afresh
