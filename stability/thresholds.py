@@ -37,8 +37,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "kl_min_std_change": 0.05,
         "min_hits": 3,
         "deterministic_entropy_fraction": 0.2,
-        "deterministic_std": 0.05,
-        "deterministic_entropy_drop": 3.0,
     },
     "degenerate_reward": {
         "enabled": True,
@@ -58,7 +56,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "entropy_rel_change_max": 0.01,
         "actor_grad_share_max": 0.01,
         "std_never_moved_max": 1.0e-4,
-        "deterministic_std": 0.05,
         "lr_min_fraction": 0.05,
         "override_fraction": 0.5,
         "collapsed_fraction": 0.1,
@@ -109,6 +106,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Thresholds one detector reads from another's section, where the fact is the other's to define:
+# "near-deterministic" is entropy_collapse's, and the detectors that defer to it read its limits
+# under their own names. One home: overriding entropy_collapse.std_max moves all three.
+BORROWED: dict[str, dict[str, tuple[str, str]]] = {
+    "exploding_updates": {
+        "deterministic_std": ("entropy_collapse", "std_max"),
+        "deterministic_entropy_drop": ("entropy_collapse", "entropy_drop"),
+    },
+    "dead_policy_gradient": {"deterministic_std": ("entropy_collapse", "std_max")},
+}
+
+
 class ThresholdError(RlsweepError, ValueError):
     """A thresholds file that cannot be used; the message names the file and the key path."""
 
@@ -138,6 +147,9 @@ class Thresholds:
 
     def _set(self, name: str, key: str, value: Any) -> list[str]:
         default = DEFAULTS[name].get(key)
+        if key in BORROWED.get(name, {}):
+            home, own = BORROWED[name][key]
+            return [f"{name}.{key}: set {home}.{own} instead (this detector reads that one)"]
         if default is None:
             return [f"{name}.{key}: unknown threshold; allowed: {', '.join(DEFAULTS[name])}"]
         if isinstance(default, bool):
@@ -162,7 +174,11 @@ class Thresholds:
         return cls(data or {}, source=str(path))
 
     def of(self, name: str) -> dict[str, Any]:
-        return self.values[name]
+        """A detector's thresholds, with those it reads from another detector's section."""
+        borrowed = BORROWED.get(name)
+        if not borrowed:
+            return self.values[name]
+        return self.values[name] | {key: self.values[home][own] for key, (home, own) in borrowed.items()}
 
     def enabled(self, name: str) -> bool:
         return bool(self.values.get(name, {}).get("enabled", True))

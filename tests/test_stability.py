@@ -70,6 +70,17 @@ def test_thresholds_file_errors_name_file_and_key(tmp_path):
     assert Thresholds({"nan_scale": {"log_std_high": 30}}).of("nan_scale")["log_std_high"] == 30.0
 
 
+def test_near_deterministic_has_one_home_that_the_deferring_detectors_read():
+    t = Thresholds({"entropy_collapse": {"std_max": 0.02, "entropy_drop": 4}})
+    assert t.of("dead_policy_gradient")["deterministic_std"] == 0.02
+    assert t.of("exploding_updates")["deterministic_std"] == 0.02
+    assert t.of("exploding_updates")["deterministic_entropy_drop"] == 4.0
+    assert t.values["entropy_collapse"]["std_max"] == 0.02  # the section itself is unchanged by reading
+    assert "deterministic_std" not in t.values["dead_policy_gradient"]
+    with pytest.raises(ThresholdError, match=r"exploding_updates.deterministic_std: set entropy_collapse.std_max"):
+        Thresholds({"exploding_updates": {"deterministic_std": 0.1}})
+
+
 def test_healthy_history_is_healthy():
     verdict = classify(ppo_history(), final=True)
     assert verdict.verdict == "healthy" and verdict.findings == []
