@@ -19,8 +19,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "enabled": True,
         "log_std_warn_high": 7.0,
         "log_std_warn_low": -20.0,
-        "log_std_high": 44.0,
-        "log_std_low": -52.0,
+        "log_std_high": 23.0,
+        "log_std_low": -46.0,
         "loc_high": 1.0e6,
     },
     "exploding_updates": {

@@ -3,6 +3,8 @@ checkpoints; :class:`Finding` and :class:`Verdict` live in :mod:`stability.findi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stability.detectors import DETECTORS
 from stability.findings import Finding, Verdict
 from stability.signals import History
@@ -62,8 +64,14 @@ class Judge:
     def check(self, history: History, final: bool = False) -> Verdict:
         now = classify(history, self.thresholds, final)
         for finding in now.findings:
-            if finding.certain:
-                self.kept.setdefault(finding.kind, finding)
+            if not finding.certain:
+                continue
+            kept = self.kept.setdefault(finding.kind, finding)
+            added = finding.evidence.keys() - kept.evidence.keys()
+            if added:  # the first certain finding stays, and gathers what later checks add (a crash's error)
+                self.kept[finding.kind] = replace(
+                    kept, evidence=kept.evidence | {k: finding.evidence[k] for k in added}
+                )
         current = {f.kind: f for f in now.findings}
         findings = [self.kept[k] if k in self.kept else f for k, f in current.items()]
         findings += [f for k, f in self.kept.items() if k not in current]

@@ -103,13 +103,27 @@ def test_non_finite_loss_gives_onset_at_its_update():
 
 
 def test_log_std_warns_then_is_certain():
-    rising = [0.5 * i for i in range(40)]  # crosses 7 at update 15 (step 16000), never reaches 44
+    rising = [0.5 * i for i in range(40)]  # crosses 7 at update 15 (step 16000), never reaches 23
     verdict = classify(ppo_history(40, log_std_max=rising, log_std_min=[0.0] * 40))
     assert verdict.verdict == "healthy"
     assert [(f.kind, f.certain, f.onset_step) for f in verdict.warnings] == [("nan_scale", False, 16000)]
     verdict = classify(ppo_history(40, log_std_max=[1.5 * i for i in range(40)], log_std_min=[0.0] * 40))
     assert verdict.verdict == "nan_scale" and verdict.findings[0].certain
-    assert verdict.onset_step == 6000  # from the warning, not from crossing 44
+    assert verdict.onset_step == 6000  # from the warning, not from crossing 23
+
+
+def test_a_gaussian_started_with_a_std_past_1e10_is_nan_scale_though_it_never_moves():
+    # log_std_init 24: every action is clipped to the bounds and the policy is dead; the cause,
+    # the scale, is the verdict, in a sweep (log_std) and from a plain log (SB3's mean train/std)
+    flat = [20.0 + 0.5 * (i % 3) for i in range(40)]
+    common = {"kl": 1e-7, "clip": 0.0, "ep_return": flat}
+    live = classify(ppo_history(40, log_std_max=[24.0] * 40, log_std_min=[24.0] * 40, **common), final=True)
+    plain = classify(ppo_history(40, std=[math.exp(24.0)] * 40, **common), final=True)
+    for verdict in (live, plain):
+        assert verdict.verdict == "nan_scale" and verdict.certain and verdict.onset_step == 1000
+    # a std that leaves the sane range but stays under 1e10 is only a warning
+    warm = classify(ppo_history(40, log_std_max=[20.0] * 40, log_std_min=[20.0] * 40, **common), final=True)
+    assert warm.verdict != "nan_scale" and any(f.kind == "nan_scale" and not f.certain for f in warm.warnings)
 
 
 # --- dead_policy_gradient -------------------------------------------------------------------
