@@ -51,7 +51,7 @@ class GradNormMonitor:
     ) -> None:
         self.max_grad_norm = max_grad_norm
         self._role = {id(p): ROLES.index(role_of(name)) for name, p in policy.named_parameters()}
-        # per parameter list (built once): its role-membership matrix and the roles it touches
+        # per parameter list (built once): each parameter's role index, and the roles the list touches
         self._index: dict[tuple[int, ...], tuple[th.Tensor, list[int]]] = {}
         self._pending: tuple[tuple[int, ...], th.Tensor] | None = None
         # one entry per optimizer step: the parameter list's key and its per-parameter norms. The
