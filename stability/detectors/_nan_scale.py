@@ -1,8 +1,8 @@
 """``nan_scale``: the action distribution's scale or loc becomes inf, 0 or NaN.
 
 Certain on torch's distribution-argument error (``Expected parameter scale|loc|logits|probs``),
-on non-finite parameters or losses, on ``train/std`` of 0 or inf, and when log_std (or a plain
-log's mean std) leaves [-46, 23] (a std outside about [1e-20, 1e10]: every action clipped, or
+on non-finite parameters or losses, and when log_std (or a plain log's mean std, 0 or inf
+included) leaves [-46, 23] (a std outside about [1e-20, 1e10]: every action clipped, or
 every ratio overflowing; exp() itself overflows above ~88.7 and reaches 0 below ~-103).
 A warning before that, when log_std leaves the range any sensible policy uses.
 """
@@ -46,8 +46,7 @@ class NanScale(Detector):
         rules = [
             ("params_finite", lambda v: v < 1.0, "non-finite parameter after the update"),
             *[(name, lambda v: ~np.isfinite(v), f"{name} is not finite") for name in _LOSSES],
-            ("std", lambda v: v == 0.0, "std is 0"),
-            (  # a plain log's mean std (SB3's train/std): past the same bars as log_std
+            (  # a plain log's mean std (SB3's train/std), 0 included: past the same bars as log_std
                 "std",
                 lambda v: (v > math.exp(t["log_std_high"])) | (v < math.exp(t["log_std_low"])),
                 f"std outside [{math.exp(t['log_std_low']):.2g}, {math.exp(t['log_std_high']):.2g}]",

@@ -5,9 +5,9 @@ small networks launch many tiny kernels, so turns, not arithmetic, bound them. O
 PPO jobs (256x256 MLP) on one GPU trained 1.49x as fast as one job without MPS and 4.52x with it,
 side by side in one run (``tests/gpu/check.py``, README). So when ``jobs_per_gpu > 1``, the local
 backend starts a control daemon of its own for the sweep (``backend.mps``): in the foreground, as
-its child, talking through
-a private pipe folder that only its workers are told of (``CUDA_MPS_PIPE_DIRECTORY``), so it
-neither touches nor is touched by another MPS daemon on the machine, and it ends with the sweep.
+its child, talking through a private pipe folder that only its workers are told of
+(``CUDA_MPS_PIPE_DIRECTORY``), so it neither touches nor is touched by another MPS daemon on the
+machine, and it ends with the sweep.
 
 A CUDA program that cannot reach the daemon runs as it would without MPS, so a daemon that dies
 mid-sweep costs speed, never a trial.

@@ -92,7 +92,6 @@ def clip_us(name: str, calls: int = 1000, rounds: int = 5) -> tuple[float, float
             for _ in range(calls):
                 clip(policy.parameters(), 0.5)
             best[k] = min(best[k], (time.perf_counter() - start) / calls * 1e6)
-        monitor.steps.clear()
     monitor.close()
     return best[0], best[1]
 
