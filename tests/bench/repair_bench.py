@@ -1,12 +1,14 @@
 """Repair benchmark: how often ``rlsweep repair`` turns a failing config into a healthy one, against
 a baseline that applies random knob changes from the same menu, scored the same way.
 
-    python tests/bench/repair_bench.py [--jobs 2] [--only CASE ...] [--skip-repros] [--skip-corpus]
+    python tests/bench/repair_bench.py [--jobs 2] [--split heldout] [--only CASE ...] [--skip-repros]
+                                       [--skip-corpus]
 
 Two sets of failing configs:
 
-* **The corpus's held-out half** (``conf/corpus``, run first by ``make corpus``). The cases chosen,
-  by a rule fixed before any repair ran: held-out, trained by SB3, built as a failure, and at least
+* **The corpus's held-out half** (``conf/corpus``, run first by ``make corpus``), or another split
+  written after the repair loop (``--split``, e.g. a fresh split whose runs are on disk). The cases
+  chosen, by a rule fixed before any repair ran: in that split, trained by SB3, built as a failure, and at least
   one seed *labelled* failing by the corpus's privileged measurements. Each is repaired with the
   same attempt loop as ``rlsweep repair`` (:class:`sweeps.repair.Plan`), at most 2 attempts of 3
   seeds, then 3 fresh seeds. The loop decides from rlsweep's verdicts, as the product does; the
@@ -47,8 +49,8 @@ STRATEGIES = ("findings", "random")
 
 
 # --- the corpus part -------------------------------------------------------------------------------
-def failing_cases() -> list[dict[str, Any]]:
-    """The held-out failing SB3 cases, with each seed's label, verdict and return from the corpus."""
+def failing_cases(split: str = "heldout") -> list[dict[str, Any]]:
+    """The split's failing SB3 cases, with each seed's label, verdict and return from the corpus."""
     import labels
     import score
     from run import load_cases
@@ -60,7 +62,7 @@ def failing_cases() -> list[dict[str, Any]]:
         by_case[run["case"]].append(run)
     chosen = []
     for case in load_cases():
-        if case["split"] != "heldout" or case["path"] != "sb3" or case["class"] == "healthy":
+        if case["split"] != split or case["path"] != "sb3" or case["class"] == "healthy":
             continue
         runs_ = sorted(by_case.get(case["id"], []), key=lambda r: r["seed"])
         if len(runs_) != len(SEEDS):
@@ -286,7 +288,7 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
 
 
 # --- the report ------------------------------------------------------------------------------------
-def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list[str]:
+def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]], split: str = "heldout") -> list[str]:
     lines = [
         "# Repair benchmark",
         "",
@@ -298,7 +300,7 @@ def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list
     ]
     if corpus:
         lines += [
-            "## Held-out failing corpus cases",
+            f"## Failing corpus cases of split `{split}`",
             "",
             "Counted as repaired only when every attempt seed and every fresh seed is *labelled* healthy by",
             "the corpus's privileged measurements (not by rlsweep's verdicts) and the mean return is at",
@@ -387,6 +389,7 @@ def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]]) -> list
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--split", default="heldout", help="the corpus split whose failing cases to repair")
     parser.add_argument("--only", nargs="*", default=None, help="corpus case ids")
     parser.add_argument("--skip-repros", action="store_true")
     parser.add_argument("--skip-corpus", action="store_true")
@@ -400,9 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         if not CORPUS_RUNS.is_dir():
             print(f"no corpus runs in {CORPUS_RUNS}: run `make corpus` first", file=sys.stderr)
             return 1
-        items = [i for i in failing_cases() if not args.only or i["case"]["id"] in args.only]
+        items = [i for i in failing_cases(args.split) if not args.only or i["case"]["id"] in args.only]
         jobs = [(item, s) for item in items for s in STRATEGIES]
-        print(f"repairing {len(items)} held-out failing cases x {len(STRATEGIES)} strategies", flush=True)
+        print(f"repairing {len(items)} failing cases of {args.split} x {len(STRATEGIES)} strategies", flush=True)
         with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
             for record in pool.imap_unordered(repair_case, jobs):
                 corpus.append(record)
@@ -432,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     BENCH.mkdir(parents=True, exist_ok=True)
     corpus.sort(key=lambda r: (r["case"], r["strategy"]))
     (BENCH / "repair.json").write_text(json.dumps({"corpus": corpus, "repros": repros}, indent=1, default=str))
-    (BENCH / "repair.md").write_text("\n".join(markdown(corpus, repros)) + "\n")
+    (BENCH / "repair.md").write_text("\n".join(markdown(corpus, repros, args.split)) + "\n")
     print(f"wrote {BENCH / 'repair.md'}")
     counts = Counter((r["strategy"], r["repaired"]) for r in corpus)
     print(json.dumps({s: f"{counts[(s, True)]}/{counts[(s, True)] + counts[(s, False)]}" for s in STRATEGIES}))
