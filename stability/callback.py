@@ -570,6 +570,14 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         ctx["entropy_max"] = float(sum(math.log(int(n)) for n in space.nvec))
     elif type(space).__name__ == "MultiBinary":
         ctx["entropy_max"] = float(np.prod(space.shape) * math.log(2))
+    policy = model.policy
+    if "log_std" in getattr(policy, "_parameters", {}):  # a Gaussian head with a learnt log std
+        start = getattr(policy, "log_std_init", None)  # SB3 keeps it; the advice reads where it began
+        if isinstance(start, (int, float)):
+            ctx["log_std_init"] = float(start)
+        bounds = getattr(policy, "log_std_bounds", None)  # rlsweep's bounded policies (sweeps.policies)
+        if bounds is not None:
+            ctx["log_std_bounds"] = [float(b) for b in bounds]
     value_net = getattr(model.policy, "value_net", None)
     if isinstance(value_net, th.nn.Linear):
         ctx["value_head_weight_std"] = (

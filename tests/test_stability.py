@@ -563,6 +563,28 @@ def test_a_run_that_ends_mid_group_on_one_env_closes_without_a_crash():
     assert probed[-1] == 10  # the last record was probed, in the flattened layout
 
 
+def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from stability import StabilityCallback
+    from sweeps.policies import BoundedActorCriticPolicy
+    from sweeps.repro_envs import make_spiky_targets
+
+    env = make_vec_env(make_spiky_targets, n_envs=1, seed=0)
+    kwargs = {"net_arch": [8], "log_std_init": -1.0, "log_std_bounds": [-5, 2]}
+    bounded = A2C(BoundedActorCriticPolicy, env, seed=0, device="cpu", n_steps=5, policy_kwargs=kwargs)
+    plain = A2C("MlpPolicy", env, seed=0, device="cpu", n_steps=5, policy_kwargs={"net_arch": [8]})
+    contexts = []
+    for model in (bounded, plain):
+        cb = StabilityCallback()
+        model.learn(10, callback=cb)
+        contexts.append(cb.history.context)
+    assert contexts[0]["log_std_init"] == -1.0 and contexts[0]["log_std_bounds"] == [-5.0, 2.0]
+    assert contexts[1]["log_std_init"] == 0.0 and "log_std_bounds" not in contexts[1]
+    json.dumps(contexts)  # the context travels as JSON (MLflow's stability.context tag)
+
+
 def test_gradient_norms_split_by_role_exactly_and_keep_an_infinite_role_apart():
     import torch as th
 

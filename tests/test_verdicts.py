@@ -165,6 +165,33 @@ def test_nan_scale_patches_follow_the_config():
     assert not any("max_grad_norm" in p or "normalize" in p for p in patches)  # it has both already
 
 
+def test_nan_scale_bounds_patch_brings_a_start_outside_them_inside():
+    # a Gaussian started at log_std 24: bounds of [-5, 2] alone would not validate (the start lies
+    # outside them), so the patch also starts it at SB3's default, and the cause names the start
+    h = ppo_history(20, log_std_max=[24.0] * 20, log_std_min=[24.0] * 20, learning_rate=[7e-4] * 20)
+    h.context.update(continuous=True, log_std_init=24.0, log_std_bounds=[-103.0, 88.0])
+    finding = judge(h).findings[0]
+    assert finding.kind == "nan_scale"
+    assert finding.patches[0]["patch"] == {"log_std_bounds": [-5, 2], "log_std_init": 0.0}
+    assert any("starts at log_std 24" in c for c in finding.causes)
+    # from a plain log (no context), the first recorded log_std tells the same
+    h = ppo_history(20, log_std_max=[24.0] * 20, log_std_min=[24.0] * 20)
+    assert judge(h).findings[0].patches[0]["patch"] == {"log_std_bounds": [-5, 2], "log_std_init": 0.0}
+    # a start inside the bounds, driven out by updates, keeps the bounds alone
+    h = ppo_history(20, log_std_max=[0.0] * 10 + [60.0] * 10, log_std_min=[0.0] * 20)
+    h.context.update(continuous=True, log_std_init=0.0)
+    assert judge(h).findings[0].patches[0]["patch"] == {"log_std_bounds": [-5, 2]}
+
+
+def test_nan_scale_never_advises_the_bounds_a_run_already_has():
+    h = ppo_history(20, log_std_max=[1.0] * 20, learning_rate=[0.1] * 20)
+    h.context.update(continuous=True, log_std_init=0.0, log_std_bounds=[-5.0, 2.0])
+    h.error = "ValueError: Expected parameter loc (Tensor of shape (1, 1)) of distribution Normal found invalid values"
+    finding = judge(h).findings[0]
+    assert finding.kind == "nan_scale"
+    assert not any("log_std_bounds" in p["patch"] for p in finding.patches)
+
+
 def test_regroup_merges_small_updates_like_the_callback():
     h = History()
     for i in range(100):

@@ -22,6 +22,7 @@ from stability.signals import History
 
 _TORCH_ARGUMENT = re.compile(r"Expected parameter (scale|loc|logits|probs|concentration\w*)[^\n]*")
 _LOSSES = ("pg_loss", "value_loss", "loss", "entropy", "approx_kl", "std")
+BOUNDS = (-5, 2)  # the log std bounds the advice proposes: a std between 0.007 and 7.4
 
 
 class NanScale(Detector):
@@ -40,7 +41,7 @@ class NanScale(Detector):
                     f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
                     {"error": match.group(0)[:400]} | _log_std_evidence(history),
                     advice_,
-                    _causes(history),
+                    _causes(history, t),
                     patches=patches,
                 )
         rules = [
@@ -78,7 +79,7 @@ class NanScale(Detector):
                 what,
                 {"first_value": value, "at_step": history.step_of(index)} | _log_std_evidence(history),
                 advice_,
-                _causes(history),
+                _causes(history, t),
                 patches=patches,
             )
         warned = _warning_onset(history, t, None)
@@ -89,7 +90,7 @@ class NanScale(Detector):
                 "log_std has left the range a usable policy keeps (towards a std past 1e10 or under 1e-20)",
                 _log_std_evidence(history),
                 advice_,
-                _causes(history),
+                _causes(history, t),
                 certain=False,
                 patches=patches,
             )
@@ -114,7 +115,7 @@ def _log_std_evidence(history: History) -> dict[str, Any]:
     return out
 
 
-def _causes(history: History) -> list[str]:
+def _causes(history: History, t: dict[str, Any]) -> list[str]:
     causes = []
     ctx = history.context
     if ctx.get("max_grad_norm") is not None and not math.isfinite(float(ctx["max_grad_norm"])):
@@ -122,6 +123,9 @@ def _causes(history: History) -> list[str]:
     rewards = [abs(v) for v in history.values("reward_std") if math.isfinite(v)]
     if rewards and max(rewards) > 10 and not ctx.get("norm_reward"):
         causes.append(f"large unnormalised rewards (per-step std up to {max(rewards):.3g})")
+    start = _log_std_start(history)
+    if start is not None and not t["log_std_warn_low"] <= start <= t["log_std_warn_high"]:
+        causes.append(f"the Gaussian starts at log_std {start:.3g} (std {math.exp(min(start, 700)):.2g})")
     grads = [v for v in history.values("grad_norm_log_std") if math.isfinite(v)]
     if grads and max(grads) > 10:
         causes.append(f"large log_std gradients (up to {max(grads):.3g} before clipping)")
@@ -139,10 +143,36 @@ def _patches(history: History) -> list[dict[str, Any]]:
     )
     bounded = ctx.get("log_std_bounds")
     return advice.collect(
-        advice.make(ctx, "log_std_bounds", [-5, 2], "keep exp(log_std) a usable number")
-        if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20)
-        else None,
+        _bounds_patch(history) if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20) else None,
         advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller updates"),
         advice.clip_grads(ctx, "clip the gradients that moved the parameters this far"),
         advice.make(ctx, "normalize", {"reward": True}, "bring large or spiky rewards near 1"),
     )
+
+
+def _log_std_start(history: History) -> float | None:
+    """Where the Gaussian's log std started: the run's ``log_std_init`` where the callback recorded
+    it, else the first recorded log std furthest from 0 (a plain log's first ``std``, logged after
+    the first update, is as close as it gets)."""
+    start = history.context.get("log_std_init")
+    if isinstance(start, (int, float)):
+        return float(start)
+    firsts = [history.values(k)[0] for k in ("log_std_max", "log_std_min") if history.values(k)]
+    if not firsts and history.values("std"):
+        std = history.values("std")[0]
+        firsts = [math.log(std)] if std > 0 and math.isfinite(std) else []
+    firsts = [v for v in firsts if math.isfinite(v)]
+    return max(firsts, key=abs) if firsts else None
+
+
+def _bounds_patch(history: History) -> dict[str, Any] | None:
+    """Bounds on the log std; with the start brought inside them (SB3's default, 0) when the run
+    started outside: a log_std_init outside its bounds does not validate, and a bound alone
+    would leave the repair nothing to try."""
+    patch = advice.make(history.context, "log_std_bounds", list(BOUNDS), "keep exp(log_std) a usable number")
+    start = _log_std_start(history)
+    if patch is None or start is None or BOUNDS[0] <= start <= BOUNDS[1]:
+        return patch
+    patch["patch"]["log_std_init"] = 0.0
+    patch["why"] += f", from SB3's default start (this run started at log_std {start:.3g})"
+    return patch
