@@ -55,6 +55,8 @@ def failing_cases(split: str = "heldout") -> list[dict[str, Any]]:
     import score
     from run import load_cases
 
+    from stability.verdict import judge
+
     runs = score.load_runs(CORPUS_RUNS)
     refs = score.references(runs)
     by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -75,7 +77,9 @@ def failing_cases(split: str = "heldout") -> list[dict[str, Any]]:
                 "case": case,
                 "labels": truth,
                 "reference": refs.get(case["env_name"]),
-                "verdicts": {r["seed"]: r["callback_verdict"] for r in runs_},
+                # judged again from the recorded history: the findings (and their patches) of the
+                # current detectors, also for runs recorded before a change to them
+                "verdicts": {r["seed"]: judge(score.sweep_history(r)).to_dict() for r in runs_},
                 "returns": {r["seed"]: labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs_},
             }
         )
