@@ -19,8 +19,8 @@ Two sets of failing configs:
   sweeps, repaired by the real ``rlsweep repair`` path (stores, backends, Optuna, MLflow); scored
   by rlsweep's verdicts on the trial's seeds and on fresh seeds (no labels exist for them).
 
-Writes ``results/benchmarks/repair.md`` and ``repair.json``; runs are kept under
-``results/repair_bench/`` so an interrupted benchmark resumes.
+Writes ``results/benchmarks/repair.md`` and ``repair.json`` (``repair_SPLIT.*`` for another split);
+runs are kept under ``results/repair_bench/`` so an interrupted benchmark resumes.
 """
 
 from __future__ import annotations
@@ -438,9 +438,10 @@ def main(argv: list[str] | None = None) -> int:
             )
     BENCH.mkdir(parents=True, exist_ok=True)
     corpus.sort(key=lambda r: (r["case"], r["strategy"]))
-    (BENCH / "repair.json").write_text(json.dumps({"corpus": corpus, "repros": repros}, indent=1, default=str))
-    (BENCH / "repair.md").write_text("\n".join(markdown(corpus, repros, args.split)) + "\n")
-    print(f"wrote {BENCH / 'repair.md'}")
+    name = "repair" if args.split == "heldout" else f"repair_{args.split}"  # one file per split repaired
+    (BENCH / f"{name}.json").write_text(json.dumps({"corpus": corpus, "repros": repros}, indent=1, default=str))
+    (BENCH / f"{name}.md").write_text("\n".join(markdown(corpus, repros, args.split)) + "\n")
+    print(f"wrote {BENCH / f'{name}.md'}")
     counts = Counter((r["strategy"], r["repaired"]) for r in corpus)
     print(json.dumps({s: f"{counts[(s, True)]}/{counts[(s, True)] + counts[(s, False)]}" for s in STRATEGIES}))
     return 0
