@@ -192,6 +192,36 @@ def test_nan_scale_never_advises_the_bounds_a_run_already_has():
     assert not any("log_std_bounds" in p["patch"] for p in finding.patches)
 
 
+def _clipped_everything(n: int, clip_range: list[float], ep_return: list[float]) -> History:
+    """A discrete PPO run whose every sample is clipped while approx_kl stays ~0 and the entropy
+    sits at ln 2: what a clip range of ~0 does (fresh27's policy clip of 1e-6)."""
+    return ppo_history(
+        n,
+        kl=1e-8,
+        clip=0.99,
+        entropy=[math.log(2)] * n,
+        clip_range=clip_range,
+        ep_return=ep_return,
+    )
+
+
+def test_a_clip_range_of_almost_nothing_clipping_every_sample_is_a_dead_policy():
+    n = 40
+    h = _clipped_everything(n, [1e-6] * n, [21.0 + 0.5 * (i % 3) for i in range(n)])
+    finding = judge(h).findings[0]
+    assert finding.kind == "dead_policy_gradient" and finding.certain
+    assert "clip range" in finding.summary
+    assert {"clip_range": 0.2} in [p["patch"] for p in finding.patches]
+    # a usable clip range that clips everything (a schedule decayed towards 0 at the end of a run
+    # that learned, or a policy moving fast) is still movement, as before
+    decayed = [0.2 * (1 - i / n) for i in range(n)]
+    assert judge(_clipped_everything(n, decayed, [21.0 + 0.5 * (i % 3) for i in range(n)])).verdict == "healthy"
+    # and without a logged clip range (CleanRL logs none), clipping everything stays movement
+    h = _clipped_everything(n, [1e-6] * n, [21.0 + 0.5 * (i % 3) for i in range(n)])
+    del h.series["clip_range"]
+    assert judge(h).verdict == "healthy"
+
+
 def test_regroup_merges_small_updates_like_the_callback():
     h = History()
     for i in range(100):

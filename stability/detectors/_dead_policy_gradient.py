@@ -9,8 +9,10 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   ~1e-3 from noise). For a Gaussian policy the entropy measures only the std: its first value
   held says nothing, and the window's approx_kl summed must also be about 0 (a RecurrentPPO that
   learned 0 -> 75 on a spiky reward did it at ~1e-4 nats per update). clip_fraction near 1 is
-  the opposite case (a decayed clip range clips everything) and never counts as dead; a schedule
-  that has taken the learning rate near 0 is not a failure either.
+  the opposite case (a decayed clip range clips everything) and never counts as dead, unless the
+  logged clip range is under ``clip_range_tiny``: then every sample is clipped by a ratio that
+  moved ~nothing, and clipping says nothing. A schedule that has taken the learning rate near 0
+  is not a failure either.
 - A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
   or (discrete policies) the entropy still at its very first value (weight decay or an entropy
@@ -64,6 +66,12 @@ class DeadPolicyGradient(Detector):
             kl = median(history.values("approx_kl", last=w))
             clip = median(history.values("clip_fraction", last=w)) if history.has("clip_fraction") else 0.0
             evidence.update(approx_kl_median=kl, clip_fraction_median=clip)
+            # Clipping is movement of at least the clip range. Under clip_range_tiny every sample
+            # is clipped by a ratio that moved ~nothing (a clip range of 1e-6 clipped 99% of them
+            # while approx_kl stayed ~0 and the entropy at ln 2), so clipping says nothing then.
+            # A clip range that is not logged (CleanRL) keeps clipping as movement.
+            tiny = _tiny_clip_range(history, w, t, evidence)
+            unclipped = clip < t["clip_fraction_max"] or tiny
             quiet = kl < t["kl_max"] and frozen_entropy is not False
             if is_continuous(history):
                 # A Gaussian's entropy measures only its std, so a frozen entropy and a first
@@ -72,10 +80,10 @@ class DeadPolicyGradient(Detector):
                 # dozen times, is a policy that is learning slowly, not a dead one.
                 moved = _window_kl(history, w)
                 evidence["window_kl_sum"] = moved
-                dead = clip < t["clip_fraction_max"] and quiet and moved < t["window_kl_max"]
+                dead = unclipped and quiet and moved < t["window_kl_max"]
             else:
-                dead = clip < t["clip_fraction_max"] and (quiet or _never_moved(history, t, evidence))
-            onset = streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
+                dead = unclipped and (quiet or _never_moved(history, t, evidence))
+            onset = None if tiny else streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
             starved = _actor_starved(history, w, t, evidence)
@@ -100,18 +108,34 @@ class DeadPolicyGradient(Detector):
         short = history.last_step < t["min_certain_steps"]
         if short:
             causes.insert(0, f"only {history.last_step} env steps: the policy may just not have moved yet")
+        if "clip_range_median" in evidence:
+            summary = (
+                f"the policy has stopped changing (no KL, entropy frozen): a clip range of "
+                f"{evidence['clip_range_median']:.2g} clips every sample before it can move"
+            )
+        elif history.has("approx_kl"):
+            summary = "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
+        else:
+            summary = "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0"
         return Finding(
             self.name,
             history.step_of(onset),
-            "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
-            if history.has("approx_kl")
-            else "the policy has stopped changing (entropy/std frozen, actor gets ~no gradient) while lr > 0",
+            summary,
             evidence,
             advice.texts(patches) + _env_advice(causes),
             causes,
             certain=not short,
             patches=patches,
         )
+
+
+def _tiny_clip_range(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """The window's logged clip range is under ``clip_range_tiny`` (noted in the evidence)."""
+    ranges = [v for v in history.values("clip_range", last=w) if math.isfinite(v)]
+    if not ranges or median(ranges) >= t["clip_range_tiny"]:
+        return False
+    evidence["clip_range_median"] = median(ranges)
+    return True
 
 
 def _collapsed(history: History, t: dict[str, Any]) -> bool:
@@ -191,6 +215,9 @@ def _causes(
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
     ctx = history.context
+    if "clip_range_median" in evidence:
+        causes.append(f"PPO's clip range is {evidence['clip_range_median']:.2g}: each update may move the policy ~0")
+        patches.append(advice.make(ctx, "clip_range", 0.2, "let each update move the policy (SB3's default)"))
     override = history.values("override_fraction", last=w)
     if override and median(override) >= t["override_fraction"]:
         evidence["override_fraction_median"] = median(override)
