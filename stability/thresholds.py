@@ -54,6 +54,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "window_kl_max": 1.0e-3,
         "clip_fraction_max": 0.01,
         "clip_range_tiny": 1.0e-3,
+        "grad_clip_tiny": 1.0e-3,
         "entropy_rel_change_max": 0.01,
         "actor_grad_share_max": 0.01,
         "std_never_moved_max": 1.0e-4,

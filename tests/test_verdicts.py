@@ -222,6 +222,20 @@ def test_a_clip_range_of_almost_nothing_clipping_every_sample_is_a_dead_policy()
     assert judge(h).verdict == "healthy"
 
 
+def test_a_dead_policy_under_a_tiny_gradient_clip_is_told_to_clip_less():
+    # fresh26's max_grad_norm of 1e-9: the optimizer's eps swallows what the clip leaves, and a
+    # dead verdict that named no cause left a repair only the critic's patches to try
+    n = 40
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=[20.0 + 0.5 * (i % 3) for i in range(n)])
+    h.context.update(max_grad_norm=1e-9)
+    finding = judge(h).findings[0]
+    assert finding.kind == "dead_policy_gradient"
+    assert finding.patches[0]["patch"] == {"max_grad_norm": 0.5}
+    assert any("clipped to a norm of 1e-09" in c for c in finding.causes)
+    h.context.update(max_grad_norm=0.5)  # a usual clip: not named
+    assert not any("max_grad_norm" in p["patch"] for p in judge(h).findings[0].patches)
+
+
 def test_regroup_merges_small_updates_like_the_callback():
     h = History()
     for i in range(100):

@@ -215,6 +215,10 @@ def _causes(
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
     ctx = history.context
+    clip_norm = ctx.get("max_grad_norm")
+    if isinstance(clip_norm, (int, float)) and 0 < clip_norm < t["grad_clip_tiny"]:
+        causes.append(f"gradients are clipped to a norm of {clip_norm:.2g}: the optimizer's eps swallows what is left")
+        patches.append(advice.make(ctx, "max_grad_norm", 0.5, "clip gradients at SB3's default norm"))
     if "clip_range_median" in evidence:
         causes.append(f"PPO's clip range is {evidence['clip_range_median']:.2g}: each update may move the policy ~0")
         patches.append(advice.make(ctx, "clip_range", 0.2, "let each update move the policy (SB3's default)"))
