@@ -578,7 +578,7 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         bounds = getattr(policy, "log_std_bounds", None)  # rlsweep's bounded policies (sweeps.policies)
         if bounds is not None:
             ctx["log_std_bounds"] = [float(b) for b in bounds]
-    value_net = getattr(model.policy, "value_net", None)
+    value_net = getattr(policy, "value_net", None)
     if isinstance(value_net, th.nn.Linear):
         ctx["value_head_weight_std"] = (
             float(value_net.weight.detach().std())

@@ -132,9 +132,10 @@ class DeadPolicyGradient(Detector):
 def _tiny_clip_range(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
     """The window's logged clip range is under ``clip_range_tiny`` (noted in the evidence)."""
     ranges = [v for v in history.values("clip_range", last=w) if math.isfinite(v)]
-    if not ranges or median(ranges) >= t["clip_range_tiny"]:
+    level = median(ranges) if ranges else math.inf
+    if level >= t["clip_range_tiny"]:
         return False
-    evidence["clip_range_median"] = median(ranges)
+    evidence["clip_range_median"] = level
     return True
 
 

@@ -29,20 +29,29 @@ class NanScale(Detector):
     name = "nan_scale"
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
-        patches = _patches(history)
-        advice_ = advice.texts(patches)
+        def finding(onset: int, summary: str, evidence: dict[str, Any], certain: bool = True) -> Finding:
+            # causes and patches read whole series: worked out only for a run with a finding, not at
+            # every live check of a healthy one
+            patches = _patches(history)
+            return Finding(
+                self.name,
+                onset,
+                summary,
+                evidence,
+                advice.texts(patches),
+                _causes(history, t),
+                certain=certain,
+                patches=patches,
+            )
+
         if history.error:
             match = _TORCH_ARGUMENT.search(history.error)
             if match:  # onset: where log_std first left the sane range, else the crash itself
                 onset = _warning_onset(history, t, None)
-                return Finding(
-                    self.name,
+                return finding(
                     history.step_of(onset) if onset is not None else history.last_step,
                     f"torch refused the action distribution's {match.group(1)}: it held inf/0/NaN",
                     {"error": match.group(0)[:400]} | _log_std_evidence(history),
-                    advice_,
-                    _causes(history, t),
-                    patches=patches,
                 )
         rules = [
             ("params_finite", lambda v: v < 1.0, "non-finite parameter after the update"),
@@ -73,26 +82,16 @@ class NanScale(Detector):
             index, what, value = min(hits, key=lambda h: h[0])
             warned = _warning_onset(history, t, index)
             onset = history.step_of(index if warned is None else warned)
-            return Finding(
-                self.name,
-                onset,
-                what,
-                {"first_value": value, "at_step": history.step_of(index)} | _log_std_evidence(history),
-                advice_,
-                _causes(history, t),
-                patches=patches,
+            return finding(
+                onset, what, {"first_value": value, "at_step": history.step_of(index)} | _log_std_evidence(history)
             )
         warned = _warning_onset(history, t, None)
         if warned is not None:
-            return Finding(
-                self.name,
+            return finding(
                 history.step_of(warned),
                 "log_std has left the range a usable policy keeps (towards a std past 1e10 or under 1e-20)",
                 _log_std_evidence(history),
-                advice_,
-                _causes(history, t),
                 certain=False,
-                patches=patches,
             )
         return None
 
