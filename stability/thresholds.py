@@ -104,6 +104,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "entropy_drop": 3.0,
         "min_gain": 0.1,
         "min_gain_spread": 1.0,
+        "never_explored_min_updates": 3,
+        "never_explored_gain": 0.4,
     },
 }
 

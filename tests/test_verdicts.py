@@ -662,3 +662,55 @@ def test_returns_that_never_varied_cannot_stall():
 
 def _kinds(history: History) -> set[str]:
     return {f.kind for f in judge(history).findings}
+
+
+def _gaussian_run(stds: list[float], returns: list[float], **context: object) -> History:
+    h = History(total_steps=len(stds) * 4096, context={"continuous": True, **context})
+    for i, (std, r) in enumerate(zip(stds, returns, strict=True)):
+        h.add(4096 * (i + 1), {"std": std, "entropy": 1.42 + math.log(std), "ep_return": r, "value_loss": 5.0})
+    return h
+
+
+def test_a_policy_that_never_explored_needs_a_real_rise_in_its_returns():
+    n = 16
+    capped = [0.0067] * n
+    # the action penalty of a settling mean: returns rise 25% of their size, and 100x their noise
+    creeping = [-0.005 + 0.00008 * i for i in range(n)]
+    finding = next(f for f in judge(_gaussian_run(capped, creeping)).findings if f.kind == "entropy_collapse")
+    assert finding.certain and finding.evidence["never_explored"] is True
+    # the same returns from a policy that explored first and collapsed later: the usual stall test
+    # reads that rise as learning
+    explored = [1.0] * 3 + [0.0067] * (n - 3)
+    assert "entropy_collapse" not in _kinds(_gaussian_run(explored, creeping))
+    # a policy that never explored but learnt: returns up by more than 40% of their size
+    learnt = [-1300.0 + 60.0 * i for i in range(n)]
+    assert "entropy_collapse" not in _kinds(_gaussian_run(capped, learnt))
+
+
+def test_a_short_run_that_never_explored_is_judged_on_its_few_records():
+    verdict = judge(_gaussian_run([0.0067] * 4, [-1231.0, -1233.0, -1284.0, -1359.0]))
+    assert verdict.verdict == "entropy_collapse"
+    assert any("short run" in note for note in verdict.notes)
+    # four records of a policy that explored and then collapsed are too few to call a collapse
+    explored = _gaussian_run([1.0, 0.0067, 0.0067, 0.0067], [-1231.0, -1233.0, -1284.0, -1359.0])
+    assert judge(explored).verdict == "healthy"
+
+
+def test_a_gsde_runs_logged_std_is_not_its_actions_std():
+    # gSDE logs the scale of its noise weights; the actions' noise is several times larger
+    n = 30
+    stds, flat = [0.03] * n, [-1200.0 + (i % 3) for i in range(n)]
+    assert judge(_gaussian_run(stds, flat)).verdict == "entropy_collapse"
+    assert "entropy_collapse" not in _kinds(_gaussian_run(stds, flat, use_sde=True))
+
+
+def test_a_gaussian_that_never_explored_is_told_to_start_its_std_at_one():
+    flat = [-0.005] * 8 + [-0.0049] * 8
+    capped = _gaussian_run([0.0067] * 16, flat, log_std_init=-5.0, log_std_bounds=[-20.0, -5.0])
+    finding = next(f for f in judge(capped).findings if f.kind == "entropy_collapse")
+    assert finding.patches[0]["patch"] == {"log_std_init": 0.0, "log_std_bounds": [-5, 2]}
+    assert "first update" in finding.summary
+    # bounds that already hold log std 0: only the start moves
+    low_start = _gaussian_run([0.0067] * 16, flat, log_std_init=-5.0, log_std_bounds=[-5.0, 2.0])
+    finding = next(f for f in judge(low_start).findings if f.kind == "entropy_collapse")
+    assert finding.patches[0]["patch"] == {"log_std_init": 0.0}

@@ -110,7 +110,10 @@ def determinism_limit(
 ) -> tuple[str, float] | None:
     """The signal, and the value under which the policy is near-deterministic:
 
-    - a Gaussian with a logged std: its mean std under ``std_max`` (actions of unit scale);
+    - a Gaussian with a logged std: its mean std under ``std_max`` (actions of unit scale), unless
+      the run uses gSDE (context ``use_sde``): SB3 logs the scale of gSDE's noise weights there, and
+      the actions' noise is that scale times the norm of the policy's latent features, several
+      times larger, so the entropy-drop test below stands in;
     - a Gaussian without (CleanRL): its entropy fallen by ``entropy_drop`` nats from the first value;
     - a discrete policy: its entropy under ``entropy_fraction`` of the uniform policy's. The callback
       knows that maximum; a plain log does not, and its first entropy stands in (an untrained policy
@@ -118,7 +121,7 @@ def determinism_limit(
       policy whose logits start saturated logs a tiny first entropy.
     """
     continuous = is_continuous(history)
-    if continuous and history.has("std"):
+    if continuous and history.has("std") and not history.context.get("use_sde"):
         return "std", std_max
     entropies = history.values("entropy")
     if not entropies or not math.isfinite(entropies[0]):

@@ -18,6 +18,16 @@ Certain once ``min_progress`` of the budget is done (or at the end of a run of u
   (a solved task) is not entropy collapse: neither is one whose recent episodes all pay the best
   total the run has seen (a sparse reward paid on reaching a goal caps the return, so it cannot
   rise further).
+
+A policy that never explored, near-deterministic from its first record to its last (a log std
+started and held low, logits saturated by the first update), is judged once the run has ended, on
+a stricter bar and from ``never_explored_min_updates`` records on (the whole run is the evidence,
+and a slow learner has until its last update): its returns must rise by ``never_explored_gain`` of
+their own size. Such a policy can
+only drift its mean, and small drifts move returns a little (a continuous action penalty shrinks
+as the mean settles), which the stall test above reads as learning; a run that got half the way to
+a healthy return rises by about 40% or more on the usual benchmarks (Pendulum, Acrobot) and by
+far more on CartPole or MountainCar.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ class EntropyCollapse(Detector):
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
         n = len(history)
-        if n < t["min_updates"] or not history.has("entropy"):
+        if n < min(t["min_updates"], t["never_explored_min_updates"]) or not history.has("entropy"):
             return None
         done = progress(history)
         if not final and (done is None or done < t["min_progress"]):
@@ -48,13 +58,19 @@ class EntropyCollapse(Detector):
         collapsed = self._collapsed_from(history, t, continuous)
         if collapsed is None:
             return None
-        start, reached, evidence = collapsed
+        start, reached, never_explored, evidence = collapsed
+        if n < t["min_updates"] and not (never_explored and final):
+            return None
         if history.step_of(reached) > t["by_progress"] * max(history.total_steps or history.last_step, 1):
             return None
-        stall = _stalled(history, w, t)
+        stall = _stalled(history, w, t) if n >= t["min_updates"] else None
+        if stall is None and never_explored and final:  # a slow learner has until its last update
+            stall = _short_of_learning(history, w, t)
         if stall is None:
             return None
         evidence.update(stall)
+        if never_explored:
+            evidence["never_explored"] = True
         evidence["window_updates"] = w
         ctx = history.context
         lr = history.values("learning_rate")
@@ -68,6 +84,7 @@ class EntropyCollapse(Detector):
         if continuous and history.has("std") and history.values("std")[0] < t["std_max"]:
             causes.append("the Gaussian's std started near 0 (log_std_init or log_std_bounds keep it there)")
         patches = advice.collect(
+            _start_exploring(ctx) if never_explored and continuous else None,
             advice.make(
                 ctx, "ent_coef", 0.01 if continuous is False else 0.0, "an entropy bonus keeps the policy exploring"
             )
@@ -79,16 +96,21 @@ class EntropyCollapse(Detector):
         return Finding(
             self.name,
             history.step_of(start),
-            "the policy became near-deterministic early and its returns stall",
+            "the policy was near-deterministic from its first update and its returns did not rise"
+            if never_explored
+            else "the policy became near-deterministic early and its returns stall",
             evidence,
             advice.texts(patches),
             causes,
             patches=patches,
         )
 
-    def _collapsed_from(self, history: History, t: dict[str, Any], continuous: bool) -> tuple[int, int, dict] | None:
+    def _collapsed_from(
+        self, history: History, t: dict[str, Any], continuous: bool
+    ) -> tuple[int, int, bool, dict] | None:
         """The update index from which the policy has stayed near-deterministic (under the stay bar),
-        the first index of that stretch under the bar it had to reach, and the evidence."""
+        the first index of that stretch under the bar it had to reach, whether it was there from
+        its first record (it never explored), and the evidence."""
         found = determinism_limit(history, t["entropy_fraction"], t["std_max"], t["entropy_drop"])
         if found is None:
             return None
@@ -111,7 +133,35 @@ class EntropyCollapse(Detector):
             f"{name}_limit": limit,
             f"{name}_stay_limit": stay,
         }
-        return indices[k], indices[reached], evidence
+        return indices[k], indices[reached], k == reached == 0, evidence
+
+
+def _start_exploring(ctx: dict[str, Any]) -> dict[str, Any] | None:
+    """For a Gaussian that never explored: start its std at 1 (log std 0), with bounds that let it
+    be there where the run's own bounds do not. None when the run already started there."""
+    bounds = ctx.get("log_std_bounds")
+    outside = isinstance(bounds, list) and len(bounds) == 2 and not bounds[0] <= 0.0 <= bounds[1]
+    start = advice.make(ctx, "log_std_init", 0.0, "the policy never explored: start its std at 1")
+    if start is None and not outside:
+        return None
+    patch = {"log_std_init": 0.0} | ({"log_std_bounds": [-5, 2]} if outside else {})
+    why = "the policy never explored: start its std at 1" + (", inside bounds that allow it" if outside else "")
+    return {"patch": patch, "why": why}
+
+
+def _short_of_learning(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | None:
+    """Evidence that a policy that never explored did not learn: its latest returns are not
+    ``never_explored_gain`` of their own size above its first ones. None when they are, when fewer
+    than two returns are logged, or when the returns never varied (see :func:`_stalled`)."""
+    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
+    if len(returns) < 2 or min(returns) == max(returns):
+        return None
+    k = max(1, min(3, len(returns) // 3))
+    first = median(returns[:k])
+    late = median(returns[-max(1, min(w, len(returns) // 3)) :])
+    if late - first >= t["never_explored_gain"] * max(abs(first), 1e-8):
+        return None
+    return {"return_first": first, "return_last": late, "return_gain_needed": t["never_explored_gain"]}
 
 
 def _stalled(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | None:
