@@ -6,6 +6,7 @@ labels without any error showing.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -100,3 +101,46 @@ def test_the_corpus_cases_each_have_their_own_runs_and_a_scored_split(tmp_path):
     twice.write_text(yaml.safe_dump(data))
     with pytest.raises(ValueError, match=f"case ids used twice: {data['cases'][0]['id']}$"):
         run.load_cases(twice)
+
+
+# Cases written before this check existed whose Gaussian knobs went to an env without a Box action
+# space (tempcontrol's is MultiDiscrete): SB3 ignored them. Their labels still say what ran; their
+# mechanism names overstate it. Kept as written (a split is fixed once its runs exist), none added.
+_GAUSSIAN_KNOBS_IGNORED = frozenset(
+    {
+        "tempcontrol_ppo_runaway_log_std",
+        "tempcontrol_recurrent_rmsprop_lr_huge",
+        "tempcontrol_a2c_log_std_shrunk",
+        "tempcontrol_a2c_runaway_log_std",
+        "tempcontrol_ppo_log_std_shrunk",
+        "tempcontrol_recurrent_log_std_shrunk",
+        "tempcontrol_recurrent_runaway_log_std",
+        "tempcontrol_recurrent_unnormalised_advantages",
+        "tempcontrol_recurrent_saturated_outputs",
+        "tempcontrol_a2c_std_init_underflow",
+        "tempcontrol_ppo_std_init_overflow",
+        "tempcontrol_ppo_log_std_capped",
+        "tempcontrol_recurrent_log_std_capped",
+        "tempcontrol_ppo_small_std_start",
+    }
+)
+
+
+def test_gaussian_knobs_go_only_to_envs_with_a_box_action_space():
+    """``rlsweep validate`` refuses a Gaussian knob on a non-Box env; the corpus builds its models
+    without it, so a case could silently train something else than its mechanism says."""
+    import run
+
+    from sweeps.envs import env_factory
+
+    cases, envs = run.load_cases(), {}
+    for c in cases:
+        knobs = {"log_std_init", "log_std_bounds", "use_sde"} & set(c.get("hyperparams") or {})
+        if not knobs or c["id"] in _GAUSSIAN_KNOBS_IGNORED:
+            continue
+        key = json.dumps(c["env"], sort_keys=True, default=str)
+        if key not in envs:
+            env = env_factory(c["env"])()
+            envs[key] = type(env.action_space).__name__
+            env.close()
+        assert envs[key] == "Box", f"{c['id']}: {sorted(knobs)} on a {envs[key]} action space"
