@@ -664,10 +664,15 @@ def _kinds(history: History) -> set[str]:
     return {f.kind for f in judge(history).findings}
 
 
-def _gaussian_run(stds: list[float], returns: list[float], **context: object) -> History:
+def _gaussian_run(
+    stds: list[float], returns: list[float], spread: float | None = None, dims: int = 1, **context: object
+) -> History:
+    """A Gaussian policy's run; its entropy is that of ``dims`` dimensions of std ``spread`` (the
+    logged std unless given: SB3's state-independent Gaussian)."""
     h = History(total_steps=len(stds) * 4096, context={"continuous": True, **context})
     for i, (std, r) in enumerate(zip(stds, returns, strict=True)):
-        h.add(4096 * (i + 1), {"std": std, "entropy": 1.42 + math.log(std), "ep_return": r, "value_loss": 5.0})
+        entropy = dims * (1.4189 + math.log(spread if spread is not None else std))
+        h.add(4096 * (i + 1), {"std": std, "entropy": entropy, "ep_return": r, "value_loss": 5.0})
     return h
 
 
@@ -696,12 +701,16 @@ def test_a_short_run_that_never_explored_is_judged_on_its_few_records():
     assert judge(explored).verdict == "healthy"
 
 
-def test_a_gsde_runs_logged_std_is_not_its_actions_std():
-    # gSDE logs the scale of its noise weights; the actions' noise is several times larger
+def test_a_gaussian_is_near_deterministic_only_when_its_entropy_agrees_with_its_std():
     n = 30
     stds, flat = [0.03] * n, [-1200.0 + (i % 3) for i in range(n)]
     assert judge(_gaussian_run(stds, flat)).verdict == "entropy_collapse"
-    assert "entropy_collapse" not in _kinds(_gaussian_run(stds, flat, use_sde=True))
+    # gSDE logs its noise weights' scale as std; the entropy says the actions spread by 0.15
+    assert "entropy_collapse" not in _kinds(_gaussian_run(stds, flat, spread=0.15, use_sde=True))
+    # and where the actions really are near-deterministic, gSDE or not, the entropy agrees
+    assert judge(_gaussian_run(stds, flat, spread=0.01, use_sde=True)).verdict == "entropy_collapse"
+    # several small dimensions: their summed entropy never undoes the std
+    assert judge(_gaussian_run(stds, flat, dims=4)).verdict == "entropy_collapse"
 
 
 def test_a_gaussian_that_never_explored_is_told_to_start_its_std_at_one():

@@ -110,10 +110,8 @@ def determinism_limit(
 ) -> tuple[str, float] | None:
     """The signal, and the value under which the policy is near-deterministic:
 
-    - a Gaussian with a logged std: its mean std under ``std_max`` (actions of unit scale), unless
-      the run uses gSDE (context ``use_sde``): SB3 logs the scale of gSDE's noise weights there, and
-      the actions' noise is that scale times the norm of the policy's latent features, several
-      times larger, so the entropy-drop test below stands in;
+    - a Gaussian with a logged std: its spread (see :func:`determinism_series`) under ``std_max``
+      (actions of unit scale);
     - a Gaussian without (CleanRL): its entropy fallen by ``entropy_drop`` nats from the first value;
     - a discrete policy: its entropy under ``entropy_fraction`` of the uniform policy's. The callback
       knows that maximum; a plain log does not, and its first entropy stands in (an untrained policy
@@ -121,7 +119,7 @@ def determinism_limit(
       policy whose logits start saturated logs a tiny first entropy.
     """
     continuous = is_continuous(history)
-    if continuous and history.has("std") and not history.context.get("use_sde"):
+    if continuous and history.has("std"):
         return "std", std_max
     entropies = history.values("entropy")
     if not entropies or not math.isfinite(entropies[0]):
@@ -132,13 +130,35 @@ def determinism_limit(
     return ("entropy", entropy_fraction * top) if top > 0 else None
 
 
+def determinism_series(history: History, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Update indices and values of the signal :func:`determinism_limit` names.
+
+    A logged std is read with the entropy logged beside it: at each update, the larger of the two
+    spreads, the std and the one the entropy implies for a single action dimension,
+    ``exp(entropy - ln sqrt(2 pi e))``. Where the logged std is the actions' own (SB3's
+    state-independent Gaussian), the entropy implies no more once the std is under e^-1.42 = 0.24,
+    whatever the number of dimensions, and the std decides alone. Under gSDE, SB3 logs the scale of
+    the noise weights, and the actions spread by that times the norm of the policy's latent
+    features: the entropy, taken from the actions' distribution, says how near-deterministic they
+    are. With several action dimensions the entropy is read as one dimension's, so there it can
+    only confirm a small std, never show one."""
+    indices, values = history.arrays(name)
+    if name != "std" or not history.has("entropy"):
+        return indices, values
+    at, entropy = history.arrays("entropy")
+    with np.errstate(over="ignore", invalid="ignore"):
+        implied = dict(zip(at.tolist(), np.exp(entropy - UNIT_GAUSSIAN_ENTROPY).tolist(), strict=True))
+    beside = np.array([implied.get(i, math.nan) for i in indices.tolist()], dtype=np.float64)
+    return indices, np.where(np.isfinite(beside), np.maximum(values, beside), values)
+
+
 def near_deterministic(history: History, entropy_fraction: float, std_max: float, entropy_drop: float) -> set[int]:
     """Update indices at which the policy was near-deterministic (see :func:`determinism_limit`)."""
     found = determinism_limit(history, entropy_fraction, std_max, entropy_drop)
     if found is None:
         return set()
     name, limit = found
-    indices, values = history.arrays(name)
+    indices, values = determinism_series(history, name)
     with np.errstate(invalid="ignore"):
         return {int(i) for i in indices[np.isfinite(values) & (values < limit)]}
 

@@ -38,7 +38,15 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, determinism_limit, is_continuous, median, progress, window_size
+from stability.detectors._base import (
+    Detector,
+    determinism_limit,
+    determinism_series,
+    is_continuous,
+    median,
+    progress,
+    window_size,
+)
 from stability.findings import Finding
 from stability.signals import History
 
@@ -81,7 +89,7 @@ class EntropyCollapse(Detector):
         kl = history.values("approx_kl")
         if kl and median(kl[: max(3, n // 5)]) > 0.05:
             causes.append(f"early updates were large (approx_kl median {median(kl[: max(3, n // 5)]):.3g})")
-        if continuous and history.has("std") and history.values("std")[0] < t["std_max"]:
+        if continuous and evidence.get("std_first", math.inf) < t["std_max"]:
             causes.append("the Gaussian's std started near 0 (log_std_init or log_std_bounds keep it there)")
         patches = advice.collect(
             _start_exploring(ctx) if never_explored and continuous else None,
@@ -117,7 +125,8 @@ class EntropyCollapse(Detector):
         name, limit = found
         # an entropy fraction or a std scales; an entropy drop in nats does not
         stay = limit if name == "entropy" and continuous else limit * t["stay_factor"]
-        indices, values = zip(*history.indexed(name), strict=False)
+        at, series = determinism_series(history, name)
+        indices, values = at.tolist(), series.tolist()
         hold = [math.isfinite(v) and v < stay for v in values]
         if not hold[-1]:
             return None
