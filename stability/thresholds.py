@@ -36,6 +36,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "kl_min_update_ratio": 0.02,
         "kl_min_std_change": 0.05,
         "min_hits": 3,
+        "update_ratio_certain": 11.0,
         "deterministic_entropy_fraction": 0.2,
     },
     "degenerate_reward": {

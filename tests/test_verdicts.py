@@ -472,6 +472,11 @@ def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_upd
         f for f in judge(_without_kl(ppo_history(n, update_ratio=twice))).findings if f.kind == "exploding_updates"
     )
     assert not finding.certain
+    # one update that moved the weights by 11 times their norm multiplied it by 10: certain alone,
+    # even in a run of four updates (a learning rate starting at 0.2)
+    short = _without_kl(ppo_history(4, update_ratio=[13.6, 0.6, 0.2, 0.0]))
+    assert judge(short).verdict == "exploding_updates"
+    assert judge(_without_kl(ppo_history(4, update_ratio=[4.6, 0.6, 0.2, 0.0]))).verdict != "exploding_updates"
 
 
 def _without_kl(h):

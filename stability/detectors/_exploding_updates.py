@@ -5,7 +5,10 @@ taken below ``grad_norm_floor`` / ``value_loss_floor`` (an early level of about 
 pre-clip gradient norm ``grad_ratio`` times that median, a value loss ``value_loss_ratio``
 times it, an update that moved the weights by more than ``update_ratio_max`` of their own norm
 (the callback's ``update_ratio``; absent from plain logs), or an approx_kl above ``kl_max`` (the
-new policy barely resembles the old one) count as hits; ``min_hits`` of them make it certain.
+new policy barely resembles the old one) count as hits; ``min_hits`` of them make it certain, and
+so does one update that moved the weights by ``update_ratio_certain`` of their norm: it multiplied
+that norm by at least ``update_ratio_certain - 1`` (the weights blew up in one step, which a run of
+a few updates has no time to repeat).
 In PPO-style runs (approx_kl logged) an update_ratio hit counts only where that update's
 approx_kl reached ``update_ratio_min_kl``: the clipped objective bounds the policy's move, not
 the weights', and a large weight move under a small KL is not an explosion.
@@ -97,7 +100,10 @@ class ExplodingUpdates(Detector):
             return None
         hits.sort()
         evidence["hits"] = len(hits)
-        certain = len({i for i, _ in hits}) >= t["min_hits"]
+        # one update that moved the weights by update_ratio_certain of their norm multiplied that
+        # norm by at least update_ratio_certain - 1: a blow-up on its own, however short the run
+        blowup = evidence.get("update_ratio_max", 0.0) >= t["update_ratio_certain"]
+        certain = len({i for i, _ in hits}) >= t["min_hits"] or blowup
         signals = sorted({name for _, name in hits})
         ctx, lr = history.context, history.values("learning_rate")
         patches = advice.collect(
