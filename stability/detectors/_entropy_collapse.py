@@ -23,11 +23,10 @@ A policy that never explored, near-deterministic from its first record to its la
 started and held low, logits saturated by the first update), is judged once the run has ended, on
 a stricter bar and from ``never_explored_min_updates`` records on (the whole run is the evidence,
 and a slow learner has until its last update): its returns must rise by ``never_explored_gain`` of
-their own size. Such a policy can
-only drift its mean, and small drifts move returns a little (a continuous action penalty shrinks
-as the mean settles), which the stall test above reads as learning; a run that got half the way to
-a healthy return rises by about 40% or more on the usual benchmarks (Pendulum, Acrobot) and by
-far more on CartPole or MountainCar.
+their own size. Such a policy can only drift its mean, and small drifts move returns a little (a
+continuous action penalty shrinks as the mean settles), which the stall test above reads as
+learning; a run that got half the way to a healthy return rises by about 40% or more on the usual
+benchmarks (Pendulum, Acrobot) and by far more on CartPole or MountainCar.
 """
 
 from __future__ import annotations
