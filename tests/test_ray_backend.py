@@ -51,10 +51,14 @@ def _grid_spec(name: str, marker: Path, **backend) -> dict:
     )
 
 
-def _runs(name: str) -> list:
+def _client():
     import mlflow
 
-    client = mlflow.MlflowClient(f"sqlite:///{Path('results/mlflow.db').resolve()}")
+    return mlflow.MlflowClient(f"sqlite:///{Path('results/mlflow.db').resolve()}")
+
+
+def _runs(name: str) -> list:
+    client = _client()
     experiment = client.get_experiment_by_name(name)
     return client.search_runs([experiment.experiment_id], max_results=1000)
 
@@ -234,9 +238,7 @@ def test_a_doomed_trial_stops_its_running_seeds(backend: str, workdir: Path, req
 
 def _last_step(run) -> int:
     """The last env step any metric of an MLflow run was logged at (0 when it logged none)."""
-    import mlflow
-
-    client = mlflow.MlflowClient(f"sqlite:///{Path('results/mlflow.db').resolve()}")
+    client = _client()
     steps = [m.step for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)]
     return max(steps, default=0)
 

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from stability import History, classify
+from stability.detectors._base import UNIT_GAUSSIAN_ENTROPY
 from stability.verdict import Judge, checkpoints, judge
 from tests.test_stability import ppo_history
 
@@ -676,7 +677,7 @@ def _gaussian_run(
     logged std unless given: SB3's state-independent Gaussian)."""
     h = History(total_steps=len(stds) * 4096, context={"continuous": True, **context})
     for i, (std, r) in enumerate(zip(stds, returns, strict=True)):
-        entropy = dims * (1.4189 + math.log(spread if spread is not None else std))
+        entropy = dims * (UNIT_GAUSSIAN_ENTROPY + math.log(spread if spread is not None else std))
         h.add(4096 * (i + 1), {"std": std, "entropy": entropy, "ep_return": r, "value_loss": 5.0})
     return h
 

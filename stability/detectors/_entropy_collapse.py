@@ -147,14 +147,11 @@ class EntropyCollapse(Detector):
 def _start_exploring(ctx: dict[str, Any]) -> dict[str, Any] | None:
     """For a Gaussian that never explored: start its std at 1 (log std 0), with bounds that let it
     be there where the run's own bounds do not. None when the run already started there."""
+    why = "the policy never explored: start its std at 1"
     bounds = ctx.get("log_std_bounds")
-    outside = isinstance(bounds, list) and len(bounds) == 2 and not bounds[0] <= 0.0 <= bounds[1]
-    start = advice.make(ctx, "log_std_init", 0.0, "the policy never explored: start its std at 1")
-    if start is None and not outside:
-        return None
-    patch = {"log_std_init": 0.0} | ({"log_std_bounds": [-5, 2]} if outside else {})
-    why = "the policy never explored: start its std at 1" + (", inside bounds that allow it" if outside else "")
-    return {"patch": patch, "why": why}
+    if isinstance(bounds, list) and len(bounds) == 2 and not bounds[0] <= 0.0 <= bounds[1]:
+        return {"patch": {"log_std_init": 0.0, "log_std_bounds": [-5, 2]}, "why": why + ", inside bounds that allow it"}
+    return advice.make(ctx, "log_std_init", 0.0, why)
 
 
 def _short_of_learning(history: History, w: int, t: dict[str, Any]) -> dict[str, float] | None:
