@@ -340,36 +340,26 @@ def test_a_huge_kl_of_a_gaussian_mean_behind_a_large_output_scale_is_not_an_expl
 
 def test_a_plain_ppo_log_whose_critic_never_explained_anything_is_stuck_at_the_end_only():
     n = 40
-    # returns rise (the actor learns on raw returns), the value loss rises with them, and
-    # explained variance never reaches 0.2 at any update: the critic is not trained
-    h = ppo_history(
-        n,
-        value_loss=[40.0 + 3 * i for i in range(n)],
-        explained_variance=[0.02 * math.sin(i) for i in range(n)],
-        ep_return=[20.0 + 5 * i for i in range(n)],
-        ep_length=[20.0 + 5 * i for i in range(n)],
-    )
+    # explained variance never reaches 0.2 at any update: the critic is not trained. Its loss fell,
+    # but ends a quarter of the episodes' squared discounted return (~63^2)
+    common = dict(ep_return=[100.0 + i % 3 for i in range(n)], ep_length=[100.0] * n)
+    loss = [8000.0 * 0.95**i for i in range(n)]
+    h = ppo_history(n, value_loss=loss, explained_variance=[0.02 * math.sin(i) for i in range(n)], **common)
     finding = next(f for f in judge(h).findings if f.kind == "stuck_value_loss")
     assert finding.certain and finding.evidence["ev_best"] < 0.2
     # mid-run (the same history, a budget twice as long) it is not judged on that rule
     h.total_steps *= 2
     assert "stuck_value_loss" not in {f.kind for f in Judge().check(h).findings}
     # a critic that explained half the variance once is judged by the other rules
-    h.total_steps //= 2
     ev = [0.02 * math.sin(i) for i in range(n)]
     ev[20] = 0.5
-    assert (
-        judge(
-            ppo_history(
-                n,
-                value_loss=[40.0 + 3 * i for i in range(n)],
-                explained_variance=ev,
-                ep_return=[20.0 + 5 * i for i in range(n)],
-                ep_length=[20.0 + 5 * i for i in range(n)],
-            )
-        ).verdict
-        == "healthy"
-    )
+    assert judge(ppo_history(n, value_loss=loss, explained_variance=ev, **common)).verdict == "healthy"
+    # a loss of ~4% of that square (an error of a fifth of the returns' scale): explained variance
+    # alone, which targets that barely vary about a level the critic fits also leave near 0, is a
+    # warning, not a verdict
+    small = judge(ppo_history(n, value_loss=[40.0 + 3 * i for i in range(n)], explained_variance=[0.02] * n, **common))
+    warning = next(f for f in small.findings if f.kind == "stuck_value_loss")
+    assert small.verdict == "healthy" and not warning.certain
 
 
 def test_a_value_loss_that_fell_only_with_its_targets_is_stuck():

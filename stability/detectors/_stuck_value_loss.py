@@ -34,6 +34,12 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
   critic's values further from its targets than their own mean).
 
+A rule above that rests on explained variance alone (pinned, never fit, below the mean), where
+the loss is under ``relative_floor_episode`` of that square, gives a warning and never a certain
+verdict: the critic is then off by under a third of the targets' estimated scale, and explained
+variance near 0 is as often targets that barely vary about a level it fits (a constant critic at
+the returns' level, a policy that barely varies what it does) as a critic that learnt nothing.
+
 None of these applies when every episode of the window returned exactly 0: nothing then gives the
 targets a scale, and explained variance against targets with no spread measures nothing.
 
@@ -107,6 +113,14 @@ class StuckValueLoss(Detector):
             causes.insert(
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
+        unsure = bool(evidence.get("explained_variance_only"))
+        if unsure:
+            causes.insert(
+                0,
+                f"its loss is {evidence['value_loss_over_episode_return_sq']:.2g} of the episodes' squared "
+                "discounted return: explained variance alone says stuck, which a critic fitting targets "
+                "that barely vary also shows",
+            )
         if clear:
             message = _off_message(*_clear_error(evidence))
         elif evidence.get("ev_below_mean"):
@@ -120,7 +134,7 @@ class StuckValueLoss(Detector):
             evidence,
             advice.texts(patches),
             causes,
-            certain=not short,
+            certain=not (short or unsure),
             patches=patches,
         )
 
@@ -168,7 +182,10 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         if fits:
             evidence["value_loss_fits_episode_scale"] = True
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
-        return big or (not fits and (flat_critic or never_fit))
+        by_ev = not fits and (flat_critic or never_fit)
+        if by_ev and not big:
+            _unsure_below_floor(episode, t, evidence)
+        return big or by_ev
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
     # samples), noisy around 0 when healthy. A window median of ev_below_mean or less, once the
     # run has ended: the critic's values are further from the targets than the targets' own mean
@@ -177,7 +194,19 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     worse_than_mean = final and ev <= t["ev_below_mean"]
     if worse_than_mean and not big:
         evidence["ev_below_mean"] = True  # what decided: the message says so
+        _unsure_below_floor(episode, t, evidence)
     return big or worse_than_mean
+
+
+def _unsure_below_floor(episode: float, t: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """Explained variance alone decided, against a loss under ``relative_floor_episode`` of the
+    episodes' squared discounted return (and not so far under it that the scales differ). Such a
+    critic is off its targets by under a third of their estimated scale: explained variance near 0
+    then says the targets vary little about a level the critic may well fit (a constant critic at
+    the returns' level, a policy that barely varies what it does), as often as it says the critic
+    learnt nothing; a plain log cannot tell which. A warning, never a certain verdict."""
+    if math.isfinite(episode) and t["relative_fit_episode_min"] <= episode < t["relative_floor_episode"]:
+        evidence["explained_variance_only"] = True
 
 
 def _clear_error(evidence: dict[str, Any]) -> tuple[float, float]:
