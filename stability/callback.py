@@ -39,6 +39,9 @@ from stability.verdict import Judge, Verdict
 # info keys by which common envs and wrappers say they replaced the agent's action.
 OVERRIDE_KEYS = ("action_overridden", "overridden", "intervened", "intervention", "forced", "is_overridden")
 
+# The ``train/*`` keys SB3 logs that carry a signal: their values are kept as the logger records them.
+_TRAIN_KEYS = frozenset(key for key in SB3_KEYS if key.startswith("train/"))
+
 # Signals the callback computes itself (everything else comes from ``train/*``).
 OWN = (
     "ep_return",
@@ -132,7 +135,7 @@ class StabilityCallback(BaseCallback):
         self._finished = False
         self._original_record: Any = None
         self._probe_obs: Any = None
-        self._weights: th.Tensor | None = None  # the policy's parameters at the last commit
+        self._weights: _Weights | None = None  # the policy's parameters at the last commit
         self._episodes: EpisodeReturns | None = None  # on-policy: the critic against finished episodes
 
     # Parameter finiteness and the action mean are probed every PROBE_EVERY updates (and on any
@@ -155,7 +158,7 @@ class StabilityCallback(BaseCallback):
         self._original_record = logger.record
 
         def record(key: str, value: Any, exclude: Any = None) -> None:
-            if key in SB3_KEYS and key.startswith("train/"):
+            if key in _TRAIN_KEYS:
                 number = _number(value)
                 if number is not None:
                     self._train.setdefault(key, []).append(number)
@@ -166,7 +169,7 @@ class StabilityCallback(BaseCallback):
             clip = self.max_grad_norm if self.max_grad_norm is not None else getattr(self.model, "max_grad_norm", None)
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
         self.history.context.update(_context(self.model, self._vecnorm))
-        self._weights = _flat_weights(self.model.policy)
+        self._weights = _Weights(self.model.policy)
         self.history.total_steps = getattr(self.model, "_total_timesteps", None)
 
     # --- per step: rewards as the env gave them and as the algorithm saw them -------------
@@ -206,20 +209,19 @@ class StabilityCallback(BaseCallback):
         stats: dict[str, float] = {}
         if self._raw:
             raw = np.concatenate(self._raw)
-            stats["reward_mean"] = float(raw.mean())
-            stats["reward_std"] = float(raw.std())
-            stats["reward_distinct"] = float(np.unique(raw).size)
+            stats["reward_mean"], stats["reward_std"] = _mean_std(raw)
+            ordered = np.sort(raw)  # distinct values: one sort, as np.unique, without its bookkeeping
+            stats["reward_distinct"] = float(1 + np.count_nonzero(ordered[1:] != ordered[:-1]))
             stats["reward_norm_std"] = (
-                float(np.concatenate(self._seen).std()) if self._vecnorm is not None else stats["reward_std"]
+                _mean_std(np.concatenate(self._seen))[1] if self._vecnorm is not None else stats["reward_std"]
             )
         if self._override_total:
             stats["override_fraction"] = self._overrides / self._override_total
         buffer = getattr(self.model, "rollout_buffer", None)
         if self._on_policy and buffer is not None and getattr(buffer, "full", False):
-            returns = buffer.returns
-            stats["adv_std"] = float(buffer.advantages.std())
-            stats["return_std"] = float(returns.std())
-            stats["return_rms"] = float(np.sqrt((returns * returns).mean()))
+            stats["adv_std"] = _mean_std(buffer.advantages)[1]
+            mean, stats["return_std"] = _mean_std(buffer.returns)
+            stats["return_rms"] = math.sqrt(mean * mean + stats["return_std"] ** 2)
             self._probe_obs = buffer.observations
         if self._episodes is not None:
             stats.update(self._episodes.pop())
@@ -291,16 +293,13 @@ class StabilityCallback(BaseCallback):
         signals.update(self._rollout)
         episodes = getattr(self.model, "ep_info_buffer", None)
         if episodes:  # what SB3 logs as rollout/ep_rew_mean, but for this very update
-            signals["ep_return"] = float(np.mean([e["r"] for e in episodes]))
-            signals["ep_length"] = float(np.mean([e["l"] for e in episodes]))
+            signals["ep_return"] = float(sum(e["r"] for e in episodes)) / len(episodes)
+            signals["ep_length"] = float(sum(e["l"] for e in episodes)) / len(episodes)
         probe = len(self.history) % self.PROBE_EVERY == 0 or not all(math.isfinite(v) for v in signals.values())
         signals.update(_policy_signals(self.model.policy, check_params=probe))
-        weights = _flat_weights(self.model.policy)
-        if self._weights is not None and weights.numel() == self._weights.numel():
-            ratio = _update_ratio(self._weights, weights)
-            if ratio is not None:
-                signals["update_ratio"] = ratio
-        self._weights = weights
+        ratio = self._weights.moved() if self._weights is not None else None
+        if ratio is not None:
+            signals["update_ratio"] = ratio
         if probe and self._on_policy and self._probe_obs is not None:
             loc = _loc_abs_max(self.model.policy, self._probe_obs)
             if loc is not None:
@@ -362,13 +361,18 @@ class EpisodeReturns:
     pop, once ``min_pairs`` steps have gathered (until then they carry over), and nothing while the
     returns are all ~0 (a constant zero reward, a sparse one not yet found: no scale to measure
     against). Pooled sums only (the variance merged per pop, so a large mean loses no
-    precision): memory is one unfinished episode per env; past ``cap`` steps its oldest steps are
-    dropped, and only its last ``cap`` are measured.
+    precision): memory is the rows since the oldest unfinished episode began; past ``cap`` steps an
+    episode's oldest steps are dropped, and only its last ``cap`` are measured. The rollouts are kept
+    as blocks of rows shared by every env, each env holding where its open episode began: a flush
+    works on the envs whose episodes ended in it only (A2C records an update every 5 steps).
     """
 
     def __init__(self, gamma: float, min_pairs: int = 32, cap: int = 10_000) -> None:
         self.gamma, self.min_pairs, self.cap = gamma, min_pairs, cap
-        self._open: dict[int, _OpenEpisode] = {}  # per env, the episode not finished yet
+        # rows not yet measured, as (index of the first row, values, rewards) blocks of shape (rows, envs)
+        self._blocks: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self._rows = 0  # rows flushed so far: the index the next block starts at
+        self._start: np.ndarray | None = None  # per env, the row its unfinished episode began at
         self._staged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # rollouts added since the last pop
         self._staged_ends: np.ndarray | None = None
         self._done: list[tuple[np.ndarray, np.ndarray]] = []  # finished episodes' values and returns, this flush
@@ -390,7 +394,7 @@ class EpisodeReturns:
         self._staged_ends = last_ends if last_ends is None else np.array(last_ends).reshape(-1)
 
     def _flush(self) -> None:
-        """Split the staged rollouts into each env's episodes; measure the ones that finished."""
+        """Append the staged rollouts as one block; measure the episodes that finished in it."""
         if not self._staged:
             return
         staged, self._staged = self._staged, []
@@ -398,67 +402,61 @@ class EpisodeReturns:
             values, rewards, starts = staged[0]
         else:  # consecutive rollouts: a rollout's first step follows the last one's last step
             values, rewards, starts = (np.concatenate(part) for part in zip(*staged, strict=True))
-        n_envs = values.shape[1]
-        # Python lists for the per-env flags: indexing numpy arrays element by element is slow
-        ends = self._staged_ends.tolist() if self._staged_ends is not None else []
-        first = starts[0].tolist()
-        inner = starts[1:].any(axis=0).reshape(-1).tolist()  # envs with an episode starting in these rollouts
-        for env in range(n_envs):
-            if first[env]:
-                self._finish(env)
-            a = 0
-            if inner[env]:
-                for b in (np.flatnonzero(starts[1:, env]) + 1).tolist():
-                    self._keep(env, values[a:b, env], rewards[a:b, env])
-                    self._finish(env)
-                    a = b
-            self._keep(env, values[a:, env], rewards[a:, env])
-            if env < len(ends) and ends[env]:
-                self._finish(env)
+        base, rows = self._rows, len(values)
+        if self._start is None or len(self._start) != values.shape[1]:
+            self._start = np.full(values.shape[1], base, dtype=np.int64)
+        self._blocks.append((base, values, rewards))
+        self._rows += rows
+        ends = np.zeros(values.shape[1], dtype=bool)
+        if self._staged_ends is not None and len(self._staged_ends) == len(ends):
+            ends = self._staged_ends.astype(bool)
+        starts = starts.astype(bool)
+        for env in np.flatnonzero(starts.any(axis=0) | ends).tolist():
+            # an episode starting at row r ended at r - 1; one that ended on the last row, at base + rows
+            bounds = (np.flatnonzero(starts[:, env]) + base).tolist() + ([base + rows] if ends[env] else [])
+            for bound in bounds:
+                if bound > self._start[env]:
+                    self._finish(env, int(self._start[env]), bound)
+                self._start[env] = bound
+        np.maximum(self._start, self._rows - self.cap, out=self._start)  # an episode past cap: its last cap steps
+        oldest = int(self._start.min())
+        while self._blocks and self._blocks[0][0] + len(self._blocks[0][1]) <= oldest:
+            self._blocks.pop(0)
         self._absorb()
 
-    def _keep(self, env: int, values: np.ndarray, rewards: np.ndarray) -> None:
-        kept = self._open.setdefault(env, _OpenEpisode())
-        kept.values.append(values)
-        kept.rewards.append(rewards)
-        kept.length += len(values)
-        if kept.length > self.cap:
-            kept.values = [np.concatenate(kept.values)[-self.cap :]]
-            kept.rewards = [np.concatenate(kept.rewards)[-self.cap :]]
-            kept.length = self.cap
-
-    def _finish(self, env: int) -> None:
-        kept = self._open.pop(env, None)
-        if kept is None:
-            return
-        values, rewards = np.concatenate(kept.values), np.concatenate(kept.rewards)
-        # the discounted return from each step, summed backwards (on lists: numpy's per-element
-        # access would cost more than the sum)
-        paid, gamma, running = rewards.tolist(), self.gamma, 0.0
-        backwards = []
-        for r in reversed(paid):
-            running = r + gamma * running
-            backwards.append(running)
-        self._done.append((values, np.array(backwards[::-1])))
+    def _finish(self, env: int, first: int, end: int) -> None:
+        """Measure one env's episode, rows ``first`` to ``end`` (exclusive; its last ``cap`` rows)."""
+        first = max(first, end - self.cap)
+        values, rewards = [], []
+        for at, block_values, block_rewards in self._blocks:
+            lo, hi = max(first, at) - at, min(end, at + len(block_values)) - at
+            if lo < hi:
+                values.append(block_values[lo:hi, env])
+                rewards.append(block_rewards[lo:hi, env])
+        if values:
+            self._done.append((np.concatenate(values), discounted_returns(np.concatenate(rewards), self.gamma)))
 
     def _absorb(self) -> None:
         """Pool the episodes finished by one flush into the sums (one merge for all of them)."""
         if not self._done:
             return
         done, self._done = self._done, []
-        values, returns = (np.concatenate(part) for part in zip(*done, strict=True))
-        ok = np.isfinite(values) & np.isfinite(returns)
-        if not ok.any():
-            return
-        v, g = values[ok], returns[ok]
-        n, mean = len(g), float(g.mean())
+        v, g = (np.concatenate(part) for part in zip(*done, strict=True))
+        ok = np.isfinite(v) & np.isfinite(g)
+        if not ok.all():
+            if not ok.any():
+                return
+            v, g = v[ok], g[ok]
+        n = len(g)
+        mean = float(g.sum()) / n
         total = self._n + n
         delta = mean - self._mean
-        self._dev += float(np.sum((g - mean) ** 2)) + delta * delta * self._n * n / total
+        spread, error = g - mean, v - g
+        self._dev += float(np.dot(spread, spread)) + delta * delta * self._n * n / total
         self._mean += delta * n / total
         self._n = total
-        self._err += float(np.sum((v - g) ** 2))
-        self._square += float(np.sum(g * g))
+        self._err += float(np.dot(error, error))
+        self._square += float(np.dot(g, g))
 
     def pop(self) -> dict[str, float]:
         self._flush()
@@ -475,15 +473,46 @@ class EpisodeReturns:
         return out
 
 
-class _OpenEpisode:
-    """One env's episode not finished yet: its values' and rewards' pieces, and their total length."""
+def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """The discounted return from each step of one episode, ``G_t = r_t + gamma * G_{t+1}``.
 
-    __slots__ = ("values", "rewards", "length")
+    Short episodes are summed backwards on a Python list (numpy's per-call cost would exceed the
+    sum). Longer ones as scaled cumulative sums: within a block of steps, ``G_t * gamma^t`` is the
+    reversed cumulative sum of ``r_k * gamma^k``; blocks are short enough that ``gamma^k`` stays
+    far above float64's smallest number (one block for any usual gamma and episode), each carrying
+    the next block's first return."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if len(rewards) <= _SHORT_EPISODE or not 0.0 < gamma <= 1.0:
+        running, backwards = 0.0, []
+        for r in reversed(rewards.tolist()):
+            running = r + gamma * running
+            backwards.append(running)
+        return np.array(backwards[::-1], dtype=np.float64)
+    out = np.empty_like(rewards)
+    block = len(rewards) if gamma == 1.0 else max(1, int(250.0 / -math.log10(gamma)))
+    carry, end = 0.0, len(rewards)
+    while end > 0:
+        start = max(0, end - block)
+        scale = gamma ** np.arange(end - start + 1, dtype=np.float64)
+        part = np.cumsum((rewards[start:end] * scale[:-1])[::-1])[::-1]
+        out[start:end] = (part + carry * scale[-1]) / scale[:-1]
+        carry, end = float(out[start]), start
+    return out
 
-    def __init__(self) -> None:
-        self.values: list[np.ndarray] = []
-        self.rewards: list[np.ndarray] = []
-        self.length = 0
+
+_SHORT_EPISODE = 64  # steps up to which the Python sum is the faster (measured: even at ~70)
+
+
+def _mean_std(values: np.ndarray) -> tuple[float, float]:
+    """Mean and (population) standard deviation of an array's elements, in float64: what
+    ``mean()`` and ``std()`` give, at a third of their cost on the few hundred numbers of a
+    rollout (this runs once per recorded update)."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not flat.size:
+        return math.nan, math.nan
+    mean = float(flat.sum()) / flat.size
+    deviation = flat - mean
+    return mean, math.sqrt(float(np.dot(deviation, deviation)) / flat.size)
 
 
 def _number(value: Any) -> float | None:
@@ -496,36 +525,76 @@ def _number(value: Any) -> float | None:
 def _policy_signals(policy: th.nn.Module, check_params: bool) -> dict[str, float]:
     """log_std range (state-independent Gaussian heads) and whether every parameter is finite."""
     out: dict[str, float] = {}
-    with th.no_grad():
-        if check_params:
-            params = [p.detach() for p in policy.parameters()]
-            # the max-abs of each tensor in one fused call: inf or NaN anywhere makes it non-finite
-            finite = bool(th.isfinite(th.stack(th._foreach_norm(params, float("inf")))).all()) if params else True
-            out["params_finite"] = 1.0 if finite else 0.0
-        log_std = getattr(policy, "log_std", None)
-        if isinstance(log_std, th.Tensor) and log_std.numel():
-            values = log_std.detach().float()
-            out["log_std_min"] = float(values.min())
-            out["log_std_max"] = float(values.max())
+    if check_params:
+        params = [p.detach() for p in policy.parameters()]
+        # the max-abs of each tensor in one fused call: inf or NaN anywhere makes it non-finite
+        finite = bool(th.isfinite(th.stack(th._foreach_norm(params, float("inf")))).all()) if params else True
+        out["params_finite"] = 1.0 if finite else 0.0
+    log_std = getattr(policy, "log_std", None)
+    if isinstance(log_std, th.Tensor) and log_std.numel():
+        values = log_std.detach().float()
+        out["log_std_min"] = float(values.min())
+        out["log_std_max"] = float(values.max())
     return out
 
 
-def _flat_weights(policy: th.nn.Module) -> th.Tensor:
-    """A copy of every parameter of the policy, as one flat float32 vector (a few hundred KiB for
-    the usual MLPs; taken once per recorded update)."""
-    with th.no_grad():
-        params = [p.detach().reshape(-1).float() for p in policy.parameters()]
-        return th.cat(params) if params else th.zeros(0)
+class _Weights:
+    """The policy's parameters at the last recorded update, and how far each update moved them.
 
+    Read once per recorded update, which for A2C is every few hundred env steps: the parameter
+    list is taken once (walking the module tree costs more than the copy), and float32 CPU
+    parameters are read through numpy views of their storage into one of two flat buffers, in a
+    single copy. A parameter whose storage was replaced (loaded by assignment, moved) is noticed by
+    its data pointer and the views are taken again."""
 
-def _update_ratio(before: th.Tensor, after: th.Tensor) -> float | None:
-    """How far one update moved the weights, relative to their size; None when either is not
-    finite or the weights are all 0 (nan_scale reads non-finite weights from ``params_finite``)."""
-    scale = float(th.linalg.vector_norm(before))
-    moved = float(th.linalg.vector_norm(after - before))
-    if not (math.isfinite(scale) and math.isfinite(moved)) or scale <= 0.0:
-        return None
-    return moved / scale
+    def __init__(self, policy: th.nn.Module) -> None:
+        self.params = list(policy.parameters())
+        self._pointers: list[int] = []
+        self._views: list[np.ndarray] | None = None
+        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
+        self._at = 0  # which buffer holds the last read
+        self._last: np.ndarray | th.Tensor = self._read()
+
+    def _fast(self) -> bool:
+        """Whether the numpy views are (still) those of the parameters' storage."""
+        if self._views is not None and self._pointers == [p.data_ptr() for p in self.params]:
+            return True
+        self._views = None
+        if not all(p.device.type == "cpu" and p.dtype == th.float32 and p.is_contiguous() for p in self.params):
+            return False
+        self._pointers = [p.data_ptr() for p in self.params]
+        self._views = [p.detach().numpy().reshape(-1) for p in self.params]
+        size = sum(v.size for v in self._views)
+        if self._buffers is None or self._buffers[0].size != size:
+            self._buffers = (np.empty(size, dtype=np.float32), np.empty(size, dtype=np.float32))
+        return True
+
+    def _read(self) -> np.ndarray | th.Tensor:
+        if self._fast() and self._views is not None and self._buffers is not None:
+            self._at = 1 - self._at
+            out = self._buffers[self._at]
+            if self._views:
+                np.concatenate(self._views, out=out)
+            return out
+        with th.no_grad():  # GPU or other dtypes: one flat float32 copy
+            flat = [p.detach().reshape(-1).float() for p in self.params]
+            return th.cat(flat) if flat else th.zeros(0)
+
+    def moved(self) -> float | None:
+        """How far the weights moved since the last call, relative to their size then; None when
+        either is not finite, the weights are all 0, or their number changed."""
+        before, after = self._last, self._read()  # the buffer read into is not the one before holds
+        self._last = after
+        if type(before) is not type(after) or len(before) != len(after):
+            return None
+        if isinstance(before, th.Tensor) and isinstance(after, th.Tensor):
+            scale, moved = float(th.linalg.vector_norm(before)), float(th.linalg.vector_norm(after - before))
+        else:
+            d = after - before  # float32, as the torch path's norms
+            scale, moved = math.sqrt(float(np.dot(before, before))), math.sqrt(float(np.dot(d, d)))
+        if not (math.isfinite(scale) and math.isfinite(moved)) or scale <= 0.0:
+            return None
+        return moved / scale
 
 
 def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | None:

@@ -477,6 +477,58 @@ def test_a_plain_log_whose_episodes_all_returned_zero_holds_no_measure_of_the_cr
     assert classify(ppo_history(n, **flat, ep_return=once), final=True).verdict == "stuck_value_loss"
 
 
+def test_update_ratio_follows_the_weights_through_in_place_steps_and_replaced_storage():
+    from collections.abc import Callable
+
+    import torch as th
+
+    from stability.callback import _Weights
+
+    net = th.nn.Sequential(th.nn.Linear(3, 4), th.nn.Linear(4, 2))
+    weights = _Weights(net)
+
+    def expected(step: Callable[[], None]) -> float:
+        before = th.cat([p.detach().reshape(-1).clone() for p in net.parameters()])
+        with th.no_grad():
+            step()
+        after = th.cat([p.detach().reshape(-1) for p in net.parameters()])
+        return float(th.linalg.vector_norm(after - before) / th.linalg.vector_norm(before))
+
+    def in_place() -> None:  # what an optimizer does
+        for p in net.parameters():
+            p.add_(0.1 * th.randn_like(p))
+
+    def replaced() -> None:  # a load by assignment: new storage, the old views would be stale
+        for p in net.parameters():
+            p.data = p.data * 3.0
+
+    for step in (in_place, replaced, in_place):
+        want = expected(step)
+        assert weights.moved() == pytest.approx(want, rel=1e-5)
+    assert weights.moved() == 0.0  # nothing moved since
+    with th.no_grad():
+        next(net.parameters()).fill_(math.nan)
+    assert weights.moved() is None  # not finite: nan_scale reads it from params_finite
+
+
+def test_discounted_returns_match_the_backward_sum_for_short_and_long_episodes():
+    import numpy as np
+
+    from stability.callback import discounted_returns
+
+    rng = np.random.default_rng(0)
+    for gamma in (0.0, 0.3, 0.9, 0.99, 0.999, 1.0):
+        for length in (0, 1, 5, 64, 65, 700, 12_000):  # 12k steps at gamma 0.3: several blocks
+            rewards = rng.standard_normal(length) * 10 + 3
+            expected, running = [], 0.0
+            for r in reversed(rewards.tolist()):
+                running = r + gamma * running
+                expected.append(running)
+            got = discounted_returns(rewards, gamma)
+            assert got.shape == (length,) and np.all(np.isfinite(got))
+            assert np.allclose(got, expected[::-1], rtol=1e-12, atol=1e-9)
+
+
 def test_episode_returns_measure_nothing_against_returns_of_zero_and_keep_envs_apart():
     import numpy as np
 

@@ -12,7 +12,7 @@ spent inside the callback's own hooks, timed in the run, over that run's trainin
 stretch together when the machine slows, so it is steady. It leaves out the gradient-norm
 monitor, whose clip replaces torch's (``clip_us``: one clip of the policy's gradients, ours
 against torch's, timed here), and cache effects on the training itself.
-    python stability_cost.py [REPEAT] [STEPS]
+    python stability_cost.py [REPEAT] [STEPS] [CONFIG ...]
 """
 
 from __future__ import annotations
@@ -96,10 +96,10 @@ def clip_us(name: str, calls: int = 1000, rounds: int = 5) -> tuple[float, float
     return best[0], best[1]
 
 
-def main(repeat: int, steps: int) -> None:
+def main(repeat: int, steps: int, names: list[str]) -> None:
     torch.set_num_threads(1)
     out: dict[str, dict] = {}
-    for name in CONFIGS:
+    for name in names or CONFIGS:
         train(name, True, 2048)  # warm-up: imports, first-call costs
         runs: dict[str, list[tuple[float, float, float]]] = {"plain": [], "callback": []}
         for i in range(repeat):  # alternate which variant goes first
@@ -119,4 +119,7 @@ def main(repeat: int, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4, int(sys.argv[2]) if len(sys.argv) > 2 else 20_000)
+    unknown = [name for name in sys.argv[3:] if name not in CONFIGS]
+    if unknown:
+        sys.exit(f"stability_cost.py: unknown configuration {unknown}; allowed: {', '.join(CONFIGS)}")
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4, int(sys.argv[2]) if len(sys.argv) > 2 else 20_000, sys.argv[3:])
