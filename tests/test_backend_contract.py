@@ -85,10 +85,11 @@ def test_cancelling_a_running_and_a_just_submitted_job_ends_each_once_with_the_r
     assert any(e.kind == "metrics" for e in seen), seen
     queued = config(next(_trials), updates=2000, sleep=0.02)
     backend.submit(queued)
-    started = time.monotonic()
     backend.cancel([running.key, queued.key], "doomed by a sibling seed")
     events = until_ended(backend, {running.key, queued.key})
-    assert time.monotonic() - started < 30  # stopped, not run to the end
+    # stopped, not run to the end: the job's own reports say how far it got, whatever the clock
+    reached = max(e.payload.step for e in seen + events[running.key] if e.kind == "metrics")
+    assert reached < 2000, reached
     for key, evs in events.items():
         terminal = [e for e in evs if e.kind in TERMINAL]
         assert [e.kind for e in terminal] == ["cancelled"], (key, _kinds(evs))
