@@ -209,19 +209,17 @@ class StabilityCallback(BaseCallback):
         stats: dict[str, float] = {}
         if self._raw:
             raw = np.concatenate(self._raw)
-            stats["reward_mean"], stats["reward_std"] = _mean_std(raw)
-            ordered = np.sort(raw)  # distinct values: one sort, as np.unique, without its bookkeeping
-            stats["reward_distinct"] = float(1 + np.count_nonzero(ordered[1:] != ordered[:-1]))
+            stats["reward_mean"], stats["reward_std"], _ = _moments(raw)
+            stats["reward_distinct"] = float(_distinct(raw))
             stats["reward_norm_std"] = (
-                _mean_std(np.concatenate(self._seen))[1] if self._vecnorm is not None else stats["reward_std"]
+                _moments(np.concatenate(self._seen))[1] if self._vecnorm is not None else stats["reward_std"]
             )
         if self._override_total:
             stats["override_fraction"] = self._overrides / self._override_total
         buffer = getattr(self.model, "rollout_buffer", None)
         if self._on_policy and buffer is not None and getattr(buffer, "full", False):
-            stats["adv_std"] = _mean_std(buffer.advantages)[1]
-            mean, stats["return_std"] = _mean_std(buffer.returns)
-            stats["return_rms"] = math.sqrt(mean * mean + stats["return_std"] ** 2)
+            stats["adv_std"] = _moments(buffer.advantages)[1]
+            _, stats["return_std"], stats["return_rms"] = _moments(buffer.returns)
             self._probe_obs = buffer.observations
         if self._episodes is not None:
             stats.update(self._episodes.pop())
@@ -297,7 +295,7 @@ class StabilityCallback(BaseCallback):
             signals["ep_length"] = float(sum(e["l"] for e in episodes)) / len(episodes)
         probe = len(self.history) % self.PROBE_EVERY == 0 or not all(math.isfinite(v) for v in signals.values())
         signals.update(_policy_signals(self.model.policy, check_params=probe))
-        ratio = self._weights.moved() if self._weights is not None else None
+        ratio = self._weights.moved(recheck=probe) if self._weights is not None else None
         if ratio is not None:
             signals["update_ratio"] = ratio
         if probe and self._on_policy and self._probe_obs is not None:
@@ -503,16 +501,31 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
 _SHORT_EPISODE = 64  # steps up to which the Python sum is the faster (measured: even at ~70)
 
 
-def _mean_std(values: np.ndarray) -> tuple[float, float]:
-    """Mean and (population) standard deviation of an array's elements, in float64: what
-    ``mean()`` and ``std()`` give, at a third of their cost on the few hundred numbers of a
-    rollout (this runs once per recorded update)."""
+def _moments(values: np.ndarray) -> tuple[float, float, float]:
+    """Mean, (population) standard deviation and root mean square of an array's elements, in
+    float64: what ``mean()``, ``std()`` and ``sqrt(mean(x * x))`` give, at a third of their cost on
+    the few hundred numbers of a rollout (this runs once per recorded update)."""
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
     if not flat.size:
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
     mean = float(flat.sum()) / flat.size
     deviation = flat - mean
-    return mean, math.sqrt(float(np.dot(deviation, deviation)) / flat.size)
+    return (
+        mean,
+        math.sqrt(float(np.dot(deviation, deviation)) / flat.size),
+        math.sqrt(float(np.dot(flat, flat)) / flat.size),
+    )
+
+
+def _distinct(values: np.ndarray) -> int:
+    """How many distinct values an array holds, NaN counted once (as ``np.unique`` counts): one
+    sort, without ``np.unique``'s bookkeeping."""
+    ordered = np.sort(np.asarray(values).reshape(-1))
+    if not ordered.size:
+        return 0
+    distinct = 1 + int(np.count_nonzero(ordered[1:] != ordered[:-1]))
+    nans = int(np.count_nonzero(np.isnan(ordered)))  # sorted last, each unequal to the one before
+    return distinct - max(nans - 1, 0)
 
 
 def _number(value: Any) -> float | None:
@@ -545,9 +558,11 @@ class _Weights:
     list is taken once (walking the module tree costs more than the copy), and float32 CPU
     parameters are read through numpy views of their storage into one of two flat buffers, in a
     single copy. A parameter whose storage was replaced (loaded by assignment, moved) is noticed by
-    its data pointer and the views are taken again."""
+    its data pointer and the views are taken again; a parameter replaced by another object, when
+    asked to ``recheck`` (the callback does at its periodic probes), and that update gives no ratio."""
 
     def __init__(self, policy: th.nn.Module) -> None:
+        self._policy = policy
         self.params = list(policy.parameters())
         self._pointers: list[int] = []
         self._views: list[np.ndarray] | None = None
@@ -580,9 +595,15 @@ class _Weights:
             flat = [p.detach().reshape(-1).float() for p in self.params]
             return th.cat(flat) if flat else th.zeros(0)
 
-    def moved(self) -> float | None:
+    def moved(self, recheck: bool = False) -> float | None:
         """How far the weights moved since the last call, relative to their size then; None when
         either is not finite, the weights are all 0, or their number changed."""
+        if recheck:
+            params = list(self._policy.parameters())
+            if len(params) != len(self.params) or any(a is not b for a, b in zip(params, self.params, strict=False)):
+                self.params, self._views = params, None
+                self._last = self._read()
+                return None
         before, after = self._last, self._read()  # the buffer read into is not the one before holds
         self._last = after
         if type(before) is not type(after) or len(before) != len(after):

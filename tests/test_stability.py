@@ -506,6 +506,10 @@ def test_update_ratio_follows_the_weights_through_in_place_steps_and_replaced_st
         want = expected(step)
         assert weights.moved() == pytest.approx(want, rel=1e-5)
     assert weights.moved() == 0.0  # nothing moved since
+    net[0].weight = th.nn.Parameter(net[0].weight.detach() * 2)  # another object: seen at a recheck
+    assert weights.moved(recheck=True) is None
+    want = expected(in_place)
+    assert weights.moved() == pytest.approx(want, rel=1e-5)
     with th.no_grad():
         next(net.parameters()).fill_(math.nan)
     assert weights.moved() is None  # not finite: nan_scale reads it from params_finite
