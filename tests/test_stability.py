@@ -217,6 +217,23 @@ def test_a2c_judged_without_kl():
     assert classify(a2c([0.69] * 40, actor=1e-3)).verdict == "dead_policy_gradient"
     # A2C's policy_loss is far from 0 with a moving policy: healthy
     assert classify(a2c([0.69 - 0.01 * i for i in range(40)], actor=2.0)).verdict == "healthy"
+    # a small actor share starves the actor only through one clip scaling every gradient: with
+    # clipping off, or a clip never reached, the actor's gradient is applied in full (an entropy
+    # that moved early and then settled: only the starved actor would make it dead)
+    settled = [0.69 - 0.005 * min(i, 20) for i in range(40)]
+    assert classify(a2c(settled, actor=1e-3)).verdict == "dead_policy_gradient"  # nothing known of the clip
+    off = a2c(settled, actor=1e-3)
+    off.context["max_grad_norm"] = math.inf
+    verdict = classify(off)
+    assert "dead_policy_gradient" not in {f.kind for f in verdict.findings}
+    on = a2c(settled, actor=1e-3)
+    on.context["max_grad_norm"] = 0.5
+    for clipped, dead in ((0.0, False), (1.0, True)):
+        h = H(total_steps=on.total_steps, context=dict(on.context))
+        for i, step in enumerate(on.steps):
+            row = {name: values[i] for name, (_, values) in on.series.items()}
+            h.add(step, row | {"grad_clipped_fraction": clipped})
+        assert ("dead_policy_gradient" in {f.kind for f in classify(h).findings}) is dead, clipped
 
 
 def test_dead_names_overrides_and_constant_rewards():

@@ -205,8 +205,28 @@ def _actor_starved(history: History, w: int, t: dict[str, Any], evidence: dict[s
     if actor and total:
         share = median(actor) / max(median(total), 1e-12)
         evidence["actor_grad_share"] = share
-        return share < t["actor_grad_share_max"]
+        return share < t["actor_grad_share_max"] and _clip_scales_all(history, w, evidence)
     return False
+
+
+def _clip_scales_all(history: History, w: int, evidence: dict[str, Any]) -> bool:
+    """Whether one gradient clip scaled the actor's gradient with the critic's over the window.
+
+    A small actor share of the gradient norm starves the actor only through that clip: the total's
+    size sets the one factor every gradient is multiplied by. With clipping off (``max_grad_norm``
+    infinite), or on but never reached in the window (a logged clipped fraction of 0), the actor's
+    gradient is applied in full, however large the critic's (an A2C critic head started 1000 times
+    too large: the actor's share was 3e-4 while its policy moved as a healthy one's). Unknown (no
+    ``max_grad_norm`` in the context, no clipped fraction logged): the share decides, as before."""
+    clip = history.context.get("max_grad_norm")
+    if isinstance(clip, (int, float)) and not math.isfinite(clip):
+        evidence["gradient_clipping_off"] = True
+        return False
+    clipped = [v for v in history.values("grad_clipped_fraction", last=w) if math.isfinite(v)]
+    if clipped and max(clipped) == 0:
+        evidence["gradient_clip_never_reached"] = True
+        return False
+    return True
 
 
 def _causes(
