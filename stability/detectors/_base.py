@@ -79,6 +79,13 @@ UNIT_GAUSSIAN_ENTROPY = 0.5 * math.log(2 * math.pi * math.e)
 _UNIT_ENTROPY_TOLERANCE = 0.01
 
 
+def clipping_off(history: History) -> bool:
+    """The run clips no gradient: its context's ``max_grad_norm`` is infinite (``max_grad_norm:
+    off``; SB3 still calls the clip, with inf). False when the context does not say."""
+    clip = history.context.get("max_grad_norm")
+    return clip is not None and not math.isfinite(float(clip))
+
+
 def is_continuous(history: History) -> bool:
     """A Gaussian policy: as the run's context says, else from whether a std was logged, else (a
     plain log without a std: CleanRL's) from the entropy itself:

@@ -29,6 +29,7 @@ from typing import Any
 from stability import advice
 from stability.detectors._base import (
     Detector,
+    clipping_off,
     is_continuous,
     median,
     progress,
@@ -218,8 +219,7 @@ def _clip_scales_all(history: History, w: int, evidence: dict[str, Any]) -> bool
     gradient is applied in full, however large the critic's (an A2C critic head started 1000 times
     too large: the actor's share was 3e-4 while its policy moved as a healthy one's). Unknown (no
     ``max_grad_norm`` in the context, no clipped fraction logged): the share decides, as before."""
-    clip = history.context.get("max_grad_norm")
-    if isinstance(clip, (int, float)) and not math.isfinite(clip):
+    if clipping_off(history):
         evidence["gradient_clipping_off"] = True
         return False
     clipped = [v for v in history.values("grad_clipped_fraction", last=w) if math.isfinite(v)]

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, median, near_deterministic
+from stability.detectors._base import Detector, clipping_off, median, near_deterministic
 from stability.findings import Finding
 from stability.signals import History
 
@@ -171,7 +171,7 @@ def _reached(history: History, name: str, indices: np.ndarray, floor: float) -> 
 def _causes(history: History) -> list[str]:
     ctx = history.context
     causes = []
-    if ctx.get("max_grad_norm") is not None and not math.isfinite(float(ctx["max_grad_norm"])):
+    if clipping_off(history):
         causes.append("gradient clipping is off")
     if not ctx.get("norm_reward"):
         stds = [v for v in history.values("return_std") if math.isfinite(v)]

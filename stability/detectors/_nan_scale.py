@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, first_index
+from stability.detectors._base import Detector, clipping_off, first_index
 from stability.findings import Finding
 from stability.signals import History
 
@@ -117,7 +117,7 @@ def _log_std_evidence(history: History) -> dict[str, Any]:
 def _causes(history: History, t: dict[str, Any]) -> list[str]:
     causes = []
     ctx = history.context
-    if ctx.get("max_grad_norm") is not None and not math.isfinite(float(ctx["max_grad_norm"])):
+    if clipping_off(history):
         causes.append("gradient clipping is off (max_grad_norm: off)")
     rewards = [abs(v) for v in history.values("reward_std") if math.isfinite(v)]
     if rewards and max(rewards) > 10 and not ctx.get("norm_reward"):
