@@ -18,6 +18,9 @@ import score  # noqa: E402
 
 from stability.thresholds import Thresholds  # noqa: E402
 
+# The splits also scored without their Acrobot cases (see evaluate): the result and the one before.
+WITHOUT_ACROBOT = ("unseen", "fresh32")
+
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
     "unseen": "Fresh33 split (the result: held out from the last two detector changes)",
@@ -85,7 +88,7 @@ def evaluate(root: Path, lomo: bool = True) -> dict[str, Any]:
     # Acrobot pays -1 per step until the goal: a policy that never reaches it (random, or any
     # failed run) sees one reward value, so the label rule for degenerate_reward claims those runs.
     # The same figures without Acrobot, for comparison (the rules themselves were not changed).
-    for split in ("unseen", "fresh32"):
+    for split in WITHOUT_ACROBOT:
         if split in out:
             out[f"{split}_without_acrobot"] = score.score(runs, Thresholds(), split, ("acrobot",))["paths"]
     if lomo:
@@ -193,7 +196,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
                     f"p90 {q['p90']} (n={q['n']}); verdict reached at median {r['median']} of the budget."
                 )
             lines.append("")
-    for split in ("unseen", "fresh32"):
+    for split in WITHOUT_ACROBOT:
         if not d.get(f"{split}_without_acrobot"):
             continue
         lines += [
