@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from stability import keys
@@ -21,7 +19,8 @@ from sweeps import pruners, results, samplers
 from sweeps import space as sp
 from sweeps.errors import UsageError
 from sweeps.results import record
-from sweeps.spec import SweepSpec, sqlite_file
+from sweeps.spec import SweepSpec
+from sweeps.study_storage import sole_writer_storage
 
 # Keys that may change between runs of the same sweep without making it a different sweep.
 _MUTABLE = ("trials", "workers", "tracking")
@@ -56,125 +55,6 @@ def make_sampler(spec: SweepSpec) -> Any:
     return samplers.build(
         spec.sampler.kind, spec.dims, spec.sampler.seed, spec.sampler.n_startup_trials, spec.sampler.options
     )
-
-
-# Filesystems on which SQLite's write-ahead log is safe: local ones (all of a WAL database's users
-# must share memory with it, which network filesystems cannot give).
-_LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "bcachefs"})
-
-
-def filesystem_type(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> str | None:
-    """The type of the filesystem ``path`` is on (Linux: the mount with the longest matching
-    mount point); None where that cannot be told."""
-    try:
-        lines = mountinfo.read_text().splitlines()
-    except OSError:
-        return None
-    where, best, found = str(path.resolve()), -1, None
-    for line in lines:
-        fields = line.split()
-        if "-" not in fields:
-            continue
-        point = fields[4].replace("\\040", " ")
-        dash = fields.index("-")
-        inside = where == point or where.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > best and dash + 1 < len(fields):
-            best, found = len(point), fields[dash + 1]
-    return found
-
-
-def _fast_commits(engine: Any, db: Path) -> None:
-    """SQLite's write-ahead log with ``synchronous=NORMAL`` for the study on a local filesystem:
-    a commit is an append, not an fsync of the journal and the database (``--optuna
-    sole,sole-journal`` in ``tests/bench/driver_scale.py`` compares the two). A driver killed by
-    any signal loses nothing committed; only a power cut or an OS crash can lose the last commits
-    (the trials then run again on resume). Elsewhere (a network filesystem, or one that cannot be
-    told) the default journal stays."""
-    from sqlalchemy import event
-
-    if filesystem_type(db.parent) not in _LOCAL_FILESYSTEMS:
-        return
-
-    def on_connect(connection: Any, _record: Any) -> None:
-        cursor = connection.cursor()
-        try:  # the mode is kept in the file (readers use it too); the sync level is per connection
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.OperationalError:  # e.g. another process holds the file: the default stays
-            pass
-        finally:
-            cursor.close()
-
-    event.listen(engine, "connect", on_connect)
-    engine.dispose()  # connections made while the schema was checked: opened again with the above
-
-
-def sole_writer_storage(url: str) -> Any:
-    """Optuna's SQL storage for a study this process alone writes to (one driver per sweep: the
-    sweep's lock). Optuna's own cache reads every unfinished trial again from the database at each
-    ``ask`` and each pruner check, since another process might have changed it; with hundreds of
-    seeds in flight that was most of the driver's time (``tests/bench/driver_scale.py``: 54 of
-    60 s at 256 seeds went to ``ask``). Here the trials are read in full once, then only those this
-    process has written to since, and the new ones: what is read is what was written, nothing else
-    can have changed. Every write still goes to the database at once (crash-safe resume is
-    unchanged). Readers of a study a driver is writing (``status``, the UI) keep Optuna's storage."""
-    import optuna
-    from optuna.storages._cached_storage import _CachedStorage
-
-    class SoleWriterStorage(_CachedStorage):
-        def __init__(self, backend: Any) -> None:
-            super().__init__(backend)
-            self._written: set[int] = set()  # trial ids written since the cache last read them
-            self._synced: set[int] = set()  # studies read in full once
-
-        def _read_trials_from_remote_storage(self, study_id: int) -> None:
-            if study_id not in self._synced:
-                super()._read_trials_from_remote_storage(study_id)
-                self._synced.add(study_id)
-                return
-            with self._lock:
-                ids = self._trial_id_to_study_id_and_number
-                written = {t for t in self._written if ids.get(t, (None,))[0] == study_id}
-                if not written:  # the common case on the hot path: nothing to scan, nothing to read
-                    return
-                newest = max(t for t, (sid, _) in ids.items() if sid == study_id)
-                trials = self._backend._get_trials(
-                    study_id, states=None, included_trial_ids=written, trial_id_greater_than=newest
-                )  # those written, and any trial beyond the newest known (none: this process creates them)
-                self._add_trials_to_cache(study_id, trials)
-                self._written -= written
-
-        def _wrote(self, trial_id: int) -> None:
-            with self._lock:
-                self._written.add(trial_id)
-
-        def set_trial_param(self, trial_id: int, *args: Any, **kwargs: Any) -> None:
-            super().set_trial_param(trial_id, *args, **kwargs)
-            self._wrote(trial_id)
-
-        def set_trial_state_values(self, trial_id: int, *args: Any, **kwargs: Any) -> bool:
-            try:
-                return super().set_trial_state_values(trial_id, *args, **kwargs)
-            finally:  # also when it failed or changed nothing: read it again either way
-                self._wrote(trial_id)
-
-        def set_trial_intermediate_value(self, trial_id: int, *args: Any, **kwargs: Any) -> None:
-            super().set_trial_intermediate_value(trial_id, *args, **kwargs)
-            self._wrote(trial_id)
-
-        def set_trial_user_attr(self, trial_id: int, *args: Any, **kwargs: Any) -> None:
-            super().set_trial_user_attr(trial_id, *args, **kwargs)
-            self._wrote(trial_id)
-
-        def set_trial_system_attr(self, trial_id: int, *args: Any, **kwargs: Any) -> None:
-            super().set_trial_system_attr(trial_id, *args, **kwargs)
-            self._wrote(trial_id)
-
-    backend = optuna.storages.RDBStorage(url)
-    store = sqlite_file(url)
-    if store is not None:
-        _fast_commits(backend.engine, store)
-    return SoleWriterStorage(backend)
 
 
 def open_study(spec: SweepSpec) -> Any:

@@ -11,6 +11,7 @@ import pytest
 
 from stability import keys
 from sweeps import study as st
+from sweeps import study_storage as ss
 from sweeps.backends import Failure, Metrics, Pool
 from sweeps.driver import Driver
 from sweeps.spec import from_dict
@@ -319,59 +320,89 @@ def test_a_backlog_of_tracking_writes_is_done_in_order_a_budget_at_a_time():
 
 
 # --- the study's storage ------------------------------------------------------------------------
+@pytest.mark.parametrize("writes", ["plain_sql", "optuna"])
 def test_the_sole_writer_storage_reads_what_optuna_reads_and_asks_the_database_only_for_what_was_written(
-    tmp_path: Any,
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, writes: str
 ) -> None:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-    from optuna.trial import TrialState
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.trial import TrialState, create_trial
 
+    if writes == "optuna":  # a schema the plain-SQL writes were not made for: Optuna's own writes
+        monkeypatch.setattr(ss, "SCHEMA", "another")
     url = f"sqlite:///{tmp_path / 'study.db'}"
     space = {"x": FloatDistribution(0.0, 1.0), "k": CategoricalDistribution(["a", "b"])}
     study = optuna.create_study(
         study_name="s",
-        storage=st.sole_writer_storage(url),
+        storage=ss.sole_writer_storage(url),
         direction="maximize",
         pruner=optuna.pruners.MedianPruner(0, 0),
     )
+    assert type(study._storage).__name__ == ("PlainSqlStorage" if writes == "plain_sql" else "SoleWriterStorage")
     trials = [study.ask(space) for _ in range(4)]  # the sampler reads the study between asks
     trials[0].report(1.0, 10)
-    trials[0].set_user_attr("u", {"a": 1})
+    trials[0].report(float("nan"), 11)
+    trials[0].set_user_attr("u", {"a": (1, 2)})  # read back as JSON gives it: a list
     study._storage.set_trial_system_attr(trials[1]._trial_id, "s", 2)
     study.tell(trials[2], 3.0)
     study.tell(trials[3], state=TrialState.FAIL)
-    study.enqueue_trial({"x": 0.5, "k": "b"})
+    study.enqueue_trial({"x": 0.5, "k": "b"}, user_attrs={"why": "queued"})
     queued = study.ask(space)  # takes the waiting trial: a state written by this process
     queued.report(2.0, 5)
     trials[1].report(0.5, 10)
     trials[1].should_prune()  # the pruner reads the study too
+    added = create_trial(  # as a repair attempt is added: finished, with its real params
+        params={"x": 0.25, "k": "a", "n": 3},
+        distributions=space | {"n": IntDistribution(1, 5)},
+        value=float("-inf"),
+        user_attrs={"t": [1, {"2": 3}]},
+        intermediate_values={1: float("inf")},
+    )
+    study.add_trial(added)
+    with pytest.raises(ValueError, match="Cannot set different distribution kind"):
+        study.ask({"x": IntDistribution(0, 3)})  # refused as Optuna refuses it (the trial stays running)
     mine = {t.number: t for t in study.get_trials()}
     theirs = {t.number: t for t in optuna.load_study(study_name="s", storage=url).get_trials()}
-    assert sorted(mine) == sorted(theirs) == [0, 1, 2, 3, 4]
+    assert sorted(mine) == sorted(theirs) == [0, 1, 2, 3, 4, 5, 6]
     for number, t in theirs.items():
         m = mine[number]
-        assert (m.state, m.values, m.params, m.distributions) == (t.state, t.values, t.params, t.distributions)
-        assert (m.user_attrs, m.system_attrs, m.intermediate_values) == (
-            t.user_attrs,
-            t.system_attrs,
-            t.intermediate_values,
+        assert (m._trial_id, m.state, m.values, m.params, m.distributions) == (
+            t._trial_id,
+            t.state,
+            t.values,
+            t.params,
+            t.distributions,
         )
+        assert (m.user_attrs, m.system_attrs) == (t.user_attrs, t.system_attrs)
+        assert str(m.intermediate_values) == str(t.intermediate_values)  # NaN == NaN as text
         assert (m.datetime_start, m.datetime_complete) == (t.datetime_start, t.datetime_complete)
     assert mine[4].params == {"x": 0.5, "k": "b"} and mine[4].state == TrialState.RUNNING
+    assert mine[0].user_attrs["u"] == {"a": [1, 2]} and mine[5].values == [float("-inf")]
+    assert study.best_trial.number == 2
 
     backend = study._storage._backend
     asked: list[set[int]] = []
-    read = backend._get_trials
+    read, get = backend._get_trials, backend.get_trial
 
     def spy(study_id: int, states: Any, included_trial_ids: set[int], trial_id_greater_than: int) -> Any:
         asked.append(set(included_trial_ids))
         return read(study_id, states, included_trial_ids, trial_id_greater_than)
 
-    backend._get_trials = spy
+    def spy_one(trial_id: int) -> Any:
+        asked.append({trial_id})
+        return get(trial_id)
+
+    monkeypatch.setattr(backend, "_get_trials", spy)
+    monkeypatch.setattr(backend, "get_trial", spy_one)
     study.get_trials()
     assert asked == []  # nothing written since the last read: the database is not asked
     trials[0].report(4.0, 20)
-    assert study.get_trials()[0].intermediate_values == {10: 1.0, 20: 4.0}
-    assert asked == [{trials[0]._trial_id}]  # the one trial written, not every unfinished one
+    assert study.get_trials()[0].intermediate_values[20] == 4.0
+    assert trials[0].should_prune() in (True, False)
+    # Optuna's writes: the one trial written is read again (not every unfinished one); plain SQL
+    # keeps the cache as the database holds the trial, and reads nothing
+    assert asked == ([] if writes == "plain_sql" else [{trials[0]._trial_id}])
+    with pytest.raises(RuntimeError, match="finished"):  # a finished trial stays as it ended, either way
+        study._storage.set_trial_user_attr(trials[2]._trial_id, "late", 1)
 
 
 MOUNTS = """\
@@ -387,12 +418,12 @@ def test_the_filesystem_of_a_path_is_its_longest_mount_point(tmp_path: Any) -> N
 
     mounts = tmp_path / "mountinfo"
     mounts.write_text(MOUNTS)
-    where = lambda p: st.filesystem_type(Path(p), mounts)  # noqa: E731
+    where = lambda p: ss.filesystem_type(Path(p), mounts)  # noqa: E731
     assert where("/home/me/results") == "ext4"
     assert where("/home/me/shared drive/results") == "nfs4"  # mountinfo writes the space as an octal escape
     assert where("/home/me/shared drive/scratch/x") == "tmpfs"
     assert where("/home/me/shared drivex") == "ext4"  # a prefix of a name is not a mount point
-    assert st.filesystem_type(Path("/x"), tmp_path / "absent") is None
+    assert ss.filesystem_type(Path("/x"), tmp_path / "absent") is None
 
 
 @pytest.mark.parametrize("fs", ["local", "nfs4"])
@@ -401,10 +432,10 @@ def test_the_study_commits_to_a_write_ahead_log_only_on_a_local_filesystem(
 ) -> None:
     import sqlite3
 
-    local = next(iter(st._LOCAL_FILESYSTEMS))
-    monkeypatch.setattr(st, "filesystem_type", lambda path: local if fs == "local" else fs)
+    local = next(iter(ss._LOCAL_FILESYSTEMS))
+    monkeypatch.setattr(ss, "filesystem_type", lambda path: local if fs == "local" else fs)
     db = tmp_path / "study.db"
-    study = optuna.create_study(study_name="s", storage=st.sole_writer_storage(f"sqlite:///{db}"))
+    study = optuna.create_study(study_name="s", storage=ss.sole_writer_storage(f"sqlite:///{db}"))
     study.tell(study.ask(), 1.0)
     with study._storage._backend.engine.connect() as conn:
         mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()

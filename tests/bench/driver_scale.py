@@ -16,12 +16,14 @@
    Written to ``results/benchmarks/scale.json`` and ``scale.md``.
 
     python tests/bench/driver_scale.py [--seconds 40] [--n 16,64,256,1024] [--stores sqlite,server]
-                                       [--bounds on,off] [--optuna sole,sole-journal,cached]
+                                       [--bounds on,off] [--optuna sole,sole-orm,sole-journal,cached]
 
-``--optuna cached`` opens the study with Optuna's own storage (what rlsweep used before its
-sole-writer storage, see ``sweeps.study.sole_writer_storage``); ``sole-journal`` is the sole-writer
-storage with SQLite's default rollback journal (what a study on a network filesystem gets) instead
-of the write-ahead log ``rlsweep run`` uses on a local one: side-by-side comparisons.
+Side-by-side comparisons of the study's storage (``sweeps.study_storage``): ``--optuna sole-orm``
+is rlsweep's sole-writer storage with Optuna's own SQL writes instead of its plain-SQL ones (what a
+study with a schema that module does not know gets); ``sole-journal`` is the sole-writer storage
+with SQLite's default rollback journal (what a study on a network filesystem gets) instead of the
+write-ahead log ``rlsweep run`` uses on a local one; ``cached`` opens the study with Optuna's own
+storage (what rlsweep used before its sole-writer storage).
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ def replay_one(n: int, uri: str, seconds: float, folder: Path, profile: bool, op
     """One replay in this process: N concurrent seeds for ``seconds``; prints its figures (JSON)."""
     import optuna
 
-    from sweeps import study as st
+    from sweeps import study_storage as st
     from sweeps.driver import Driver
     from sweeps.spec import from_dict
 
@@ -236,6 +238,8 @@ def replay_one(n: int, uri: str, seconds: float, folder: Path, profile: bool, op
     url = f"sqlite:///{folder / 'optuna.db'}"
     if optuna_cache == "sole-journal":  # as if on a network filesystem: no write-ahead log
         st.filesystem_type = lambda path: None  # type: ignore[assignment]
+    if optuna_cache == "sole-orm":  # as if the schema were another: Optuna's own writes
+        st.SCHEMA = "none"
     storage = url if optuna_cache == "cached" else st.sole_writer_storage(url)  # "sole": as rlsweep run opens it
     study = optuna.create_study(study_name="scale", storage=storage, direction="maximize", load_if_exists=True)
     tracker = TimedTracker(uri, "scale", "scale", folder / "artifacts")
@@ -335,8 +339,10 @@ def _markdown(stream: dict[str, Any], rows: list[dict[str, Any]], seconds: float
         "",
         "Bound: the tracker's bound on metric points held for MLflow (past it, held curves are thinned); "
         "`off` replays the same N without it, side by side. Optuna: `sole` is the study's storage as "
-        "`rlsweep run` opens it (trials read once, then only those written since; on a local filesystem, "
-        "commits to SQLite's write-ahead log); `sole-journal` the same with SQLite's default rollback journal "
+        "`rlsweep run` opens it (trials read once, then kept in memory as written; each write plain SQL on "
+        "Optuna's tables, committed at once; on a local filesystem, to SQLite's write-ahead log); `sole-orm` "
+        "the same with Optuna's own writes (SQLAlchemy), reading again the trials written; "
+        "`sole-journal` the same as `sole` with SQLite's default rollback journal "
         "(as on a network filesystem); `cached` is Optuna's own, which reads every unfinished trial again at "
         "each read, with the default journal.",
         "",
@@ -371,7 +377,7 @@ def main() -> None:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--bounds", default="on", help="on, off or on,off: with and without the held-point bound")
     parser.add_argument(
-        "--optuna", default="sole", help="sole, sole-journal, cached, or a comma-separated list: the study's storage"
+        "--optuna", default="sole", help="sole, sole-orm, sole-journal, cached, or a comma-separated list"
     )
     parser.add_argument("--optuna-one", default="sole", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
