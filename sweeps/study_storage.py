@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import sqlite3
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ class _Rows:
     def open(cls, db: Path, local: bool) -> _Rows | None:
         """The writer, where the study's schema is the one it knows; else None."""
         try:
-            with sqlite3.connect(db, timeout=60.0) as con:
+            with closing(sqlite3.connect(db, timeout=60.0)) as con:
                 (revision,) = con.execute("SELECT version_num FROM alembic_version").fetchone() or (None,)
         except sqlite3.Error:
             return None
