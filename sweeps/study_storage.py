@@ -89,12 +89,6 @@ def _stamp(when: datetime | None) -> str | None:
     return None if when is None else when.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _json(value: Any) -> tuple[str, Any]:
-    """A user or system attribute as stored, and as a reader gets it back."""
-    text = json.dumps(value)
-    return text, json.loads(text)
-
-
 _UPSERT_ATTR = (
     "INSERT INTO {table} (trial_id, key, value_json) VALUES (?, ?, ?) "
     "ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json"
@@ -159,10 +153,15 @@ class _Rows:
         )
         return Model.stored_repr_to_intermediate_value(stored, kind)
 
+    def values(self, trial_id: int, values: Any) -> list[float]:
+        """Every objective's value; as a reader gets them back."""
+        return [self.value(trial_id, objective, v) for objective, v in enumerate(values)]
+
     def attr(self, table: str, trial_id: int, key: str, value: Any) -> Any:
-        text, read_back = _json(value)
+        """A user or system attribute; as a reader gets it back (through JSON)."""
+        text = json.dumps(value)
         self.con.execute(_UPSERT_ATTR.format(table=table), (trial_id, key, text))
-        return read_back
+        return json.loads(text)
 
     def state(self, trial_id: int, state: Any, start: datetime | None, complete: datetime | None) -> None:
         sets, args = ["state = ?"], [state.name]
@@ -284,7 +283,7 @@ def sole_writer_storage(url: str) -> Any:
                     number=number,
                     state=template.state,
                     value=None,
-                    values=None if values is None else [rows.value(trial_id, i, v) for i, v in enumerate(values)],
+                    values=None if values is None else rows.values(trial_id, values),
                     datetime_start=template.datetime_start,
                     datetime_complete=template.datetime_complete,
                     params={},
@@ -342,9 +341,7 @@ def sole_writer_storage(url: str) -> Any:
                     start = now if state == TrialState.RUNNING else None
                     complete = now if state.is_finished() else None
                     with self._rows.con:
-                        stored = (
-                            None if values is None else [self._rows.value(trial_id, i, v) for i, v in enumerate(values)]
-                        )
+                        stored = None if values is None else self._rows.values(trial_id, values)
                         self._rows.state(trial_id, state, start, complete)
                     trial.state = state
                     if stored is not None:
