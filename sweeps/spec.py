@@ -33,6 +33,20 @@ def sqlite_file(url: str) -> Path | None:
     return Path(url.removeprefix(SQLITE)) if url.startswith(SQLITE) else None
 
 
+def alembic_revision(db: Path) -> str | None:
+    """The schema revision alembic stamped in the SQLite store ``db`` (Optuna's and MLflow's both keep
+    one); None where it cannot be read (no such table, not a database)."""
+    import sqlite3
+    from contextlib import closing
+
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=60.0)) as con:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
 def optuna_url(folder: Path) -> str:
     """The Optuna study of the sweep stored in ``folder``."""
     return sqlite_url(folder / "optuna.db")

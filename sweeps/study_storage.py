@@ -25,12 +25,11 @@ from __future__ import annotations
 import copy
 import json
 import sqlite3
-from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sweeps.spec import sqlite_file
+from sweeps.spec import alembic_revision, sqlite_file
 
 # The alembic revision of Optuna's RDB schema the plain-SQL writes are made for; a study with
 # another one keeps Optuna's own writes.
@@ -107,12 +106,7 @@ class _Rows:
     @classmethod
     def open(cls, db: Path, local: bool) -> _Rows | None:
         """The writer, where the study's schema is the one it knows; else None."""
-        try:
-            with closing(sqlite3.connect(db, timeout=60.0)) as con:
-                (revision,) = con.execute("SELECT version_num FROM alembic_version").fetchone() or (None,)
-        except sqlite3.Error:
-            return None
-        return cls(db, local) if revision == SCHEMA else None
+        return cls(db, local) if alembic_revision(db) == SCHEMA else None
 
     def insert_trial(self, study_id: int, number: int, trial: Any) -> int:
         cursor = self.con.execute(

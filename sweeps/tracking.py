@@ -1,22 +1,37 @@
 """MLflow tracking, written by the driver alone: a parent run per trial, a child run per seed.
 
-Metrics are buffered per run and sent with ``log_batch`` (about 15x faster than one call per
-point). With a SQLite or file store, artifacts go under ``results/`` rather than ``./mlruns``.
+Metrics are buffered per run. On a SQLite store whose schema this module knows
+(``MLFLOW_SCHEMA``), the points of every run that is due are written together, as plain SQL on
+MLflow's own metric tables, in one transaction (:class:`_MetricRows`: about 5 us a point, against
+about 0.3 ms through MLflow's store, whose ``log_batch`` reads and locks each run's latest values
+through the ORM); anywhere else (a tracking server, another schema) each run's points go with
+``log_batch`` (about 15x faster than one call per point). With a SQLite or file store, artifacts
+go under ``results/`` rather than ``./mlruns``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 from stability import keys
 from sweeps.errors import UsageError
+from sweeps.spec import alembic_revision, sqlite_file
 
 _BATCH = 500  # per log_batch call: measured cheapest per point with MLflow 3.17 + SQLite (0.12 ms)
-_FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has waited this long
+_FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has waited this long...
+# ...or this long, where they are written as plain SQL: one transaction for every run that is due
+# costs about what one run's does, so a point is in the store within about a second.
+_FLUSH_SECONDS_SQL = 1.0
+# The alembic revision of MLflow's SQL schema the plain-SQL metric writes are made for (MLflow
+# 3.17); a store with another one gets MLflow's own writes.
+MLFLOW_SCHEMA = "dc11669786a5"
 # The most time one turn of the driver's loop spends sending due points (at least one run is sent):
 # sending every run's buffer at once stalled the loop for (runs x one call) at a time, which with
 # 64 fast seeds on SQLite held events back for seconds (tests/bench/driver_scale.py).
@@ -122,6 +137,8 @@ class MlflowTracker:
         self._since: dict[str, float] = {}  # run -> when its oldest buffered point came (oldest first)
         self._held = 0  # points in all buffers
         self.thinned: dict[str, int] = {}  # run -> its curves keep one point in this many (since thinned)
+        self._tagged: dict[str, int] = {}  # run -> the thinning its tag says
+        self._rows = _MetricRows.open(uri)  # after the experiment: its store and schema exist
 
     # --- runs -----------------------------------------------------------------------------
     def start_trial(
@@ -261,12 +278,10 @@ class MlflowTracker:
 
     # --- metrics --------------------------------------------------------------------------
     def log_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         self._since.setdefault(run_id, time.monotonic())
         self._buffers.setdefault(run_id, []).extend(
-            Metric(key, float(value), now, int(step)) for key, value in values.items()
+            (key, float(value), now, int(step)) for key, value in values.items()
         )  # sent by flush_if_due (the driver's loop) or end_run: never a network call here
         self._held += len(values)
         if self._held > _MAX_HELD:
@@ -278,8 +293,8 @@ class MlflowTracker:
         self._held = 0
         for run_id, buffer in self._buffers.items():
             by_key: dict[str, list[int]] = {}
-            for i, metric in enumerate(buffer):
-                by_key.setdefault(metric.key, []).append(i)
+            for i, point in enumerate(buffer):
+                by_key.setdefault(point[0], []).append(i)
             keep = sorted(i for idx in by_key.values() for i in idx[len(idx) - 1 :: -2])
             if len(keep) < len(buffer):
                 buffer[:] = [buffer[i] for i in keep]
@@ -287,37 +302,142 @@ class MlflowTracker:
             self._held += len(buffer)
 
     def flush_if_due(self, budget: float = _FLUSH_BUDGET) -> None:
-        """Send the runs whose oldest point has waited ``_FLUSH_SECONDS``, oldest first, for about
-        ``budget`` seconds at most; the rest wait for the next turn of the loop."""
-        until = time.monotonic() + budget
-        for run_id, since in list(self._since.items()):
-            if time.monotonic() - since < _FLUSH_SECONDS:
-                break  # the runs after it came later still
+        """Send the runs whose oldest point has waited long enough (``_FLUSH_SECONDS``, or
+        ``_FLUSH_SECONDS_SQL`` where points are written as plain SQL): as plain SQL, all of them in
+        one transaction; else one run at a time, oldest first, for about ``budget`` seconds at most
+        (at least one run), the rest waiting for the next turn of the loop."""
+        now = time.monotonic()
+        wait = _FLUSH_SECONDS_SQL if self._rows is not None else _FLUSH_SECONDS
+        due = [run for run, _ in itertools.takewhile(lambda item: now - item[1] >= wait, self._since.items())]
+        if self._rows is not None:
+            self._send(due)
+            return
+        until = now + budget
+        for run_id in due:
             self._flush_run(run_id)
             if time.monotonic() > until:
                 break
 
     def flush(self) -> None:
+        if self._rows is not None:
+            self._send(list(self._buffers))
         for run_id in list(self._buffers):
             self._flush_run(run_id)
 
     def _flush_run(self, run_id: str, tags: list | None = None) -> None:
-        """Send the run's buffered points; what a failed call did not send stays buffered (MLflow
-        stores a point sent twice once: same key, step, timestamp and value)."""
-        from mlflow.entities import RunTag
+        """Send the run's buffered points, then ``tags``; what a failed call did not send stays
+        buffered (MLflow stores a point sent twice once: same key, step, timestamp and value)."""
+        from mlflow.entities import Metric
 
+        if self._rows is not None:
+            self._send([run_id])
         buffer = self._buffers.get(run_id, [])
         while buffer:
             batch = buffer[:_BATCH]
-            self.client.log_batch(run_id, metrics=batch)
+            self.client.log_batch(run_id, metrics=[Metric(*point) for point in batch])
             del buffer[: len(batch)]
             self._held -= len(batch)
-        self._buffers.pop(run_id, None)
-        self._since.pop(run_id, None)
-        if run_id in self.thinned:
-            tags = [*(tags or []), RunTag(keys.METRICS_THINNED, str(self.thinned[run_id]))]
+        if run_id in self._buffers:
+            self._done([run_id])
         if tags:
             self.client.log_batch(run_id, tags=tags)
+
+    def _send(self, run_ids: list[str]) -> None:
+        """Plain SQL: the runs' buffered points in one transaction. A run the writer leaves (not
+        active: deleted in the UI) keeps its points, for MLflow's own call to refuse in its words."""
+        points = {run: self._buffers[run] for run in run_ids if self._buffers.get(run)}
+        if not points or self._rows is None:
+            return
+        left = set(self._rows.write(points))
+        written = [run for run in points if run not in left]
+        self._held -= sum(len(points[run]) for run in written)
+        self._done(written)
+
+    def _done(self, run_ids: list[str]) -> None:
+        """The runs' buffers are in the store: forget them, and tag each run whose curves were
+        thinned since it was last tagged with how coarse they are."""
+        from mlflow.entities import RunTag
+
+        for run_id in run_ids:
+            self._buffers.pop(run_id, None)
+            self._since.pop(run_id, None)
+        self._sent(run_ids)
+        for run_id in run_ids:
+            coarse = self.thinned.get(run_id)
+            if coarse is not None and self._tagged.get(run_id) != coarse:
+                self.client.log_batch(run_id, tags=[RunTag(keys.METRICS_THINNED, str(coarse))])
+                self._tagged[run_id] = coarse
+
+    def _sent(self, run_ids: list[str]) -> None:
+        """Called once the runs' buffered points are in the store (a hook for benchmarks)."""
+
+
+# MLflow keeps +-inf as the largest doubles (SQL has no infinity) and NaN as 0 marked is_nan.
+_LARGEST = 1.7976931348623157e308
+_INSERT_POINTS = (
+    "INSERT OR IGNORE INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_LATEST = (
+    "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value, timestamp = excluded.timestamp, "
+    "step = excluded.step, is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp, excluded.value) "
+    "> (latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)"
+)
+
+
+class _MetricRows:
+    """Metric points as plain SQL on MLflow's ``metrics`` and ``latest_metrics`` tables, on a
+    connection of its own, with the meaning MLflow's store gives them: a point already stored (same
+    run, key, step, timestamp and value) is stored once; NaN is 0 marked ``is_nan`` and +-inf the
+    largest doubles; a key's latest value is its point with the largest (step, timestamp, value);
+    a key is checked by MLflow's own rule for metric names. Only active runs are written to: one
+    deleted in the UI is left to MLflow's own call, which refuses it."""
+
+    def __init__(self, db: Path, check_name: Any) -> None:
+        self.con = sqlite3.connect(db, timeout=60.0, check_same_thread=False)
+        self._check_name = check_name
+        self._names: set[str] = set()  # the names already checked
+
+    @classmethod
+    def open(cls, uri: str) -> _MetricRows | None:
+        """The writer, for a SQLite store with the schema it knows (and a SQLite with upserts); else None."""
+        db = sqlite_file(uri)
+        if db is None or sqlite3.sqlite_version_info < (3, 24) or alembic_revision(db) != MLFLOW_SCHEMA:
+            return None
+        from mlflow.utils.validation import _validate_metric_name
+
+        return cls(db, _validate_metric_name)
+
+    def write(self, points: dict[str, list[tuple[str, float, int, int]]]) -> list[str]:
+        """Store the runs' points, (key, value, timestamp, step) each, in one transaction; the runs
+        left unwritten (not active) are returned."""
+        active = self._active(list(points))
+        rows: list[tuple[str, float, int, str, int, int]] = []
+        latest: dict[tuple[str, str], tuple[tuple[int, int, float], tuple[str, float, int, int, int, str]]] = {}
+        for run_id in active:
+            for key, value, timestamp, step in points[run_id]:
+                if key not in self._names:
+                    self._check_name(key)
+                    self._names.add(key)
+                nan = math.isnan(value)
+                stored = 0.0 if nan else math.copysign(_LARGEST, value) if math.isinf(value) else value
+                rows.append((key, stored, timestamp, run_id, step, int(nan)))
+                order, best = (step, timestamp, stored), latest.get((run_id, key))
+                if best is None or order > best[0]:
+                    latest[(run_id, key)] = (order, (key, stored, timestamp, step, int(nan), run_id))
+        with self.con:  # one transaction: committed here, or nothing of it on an error
+            self.con.executemany(_INSERT_POINTS, rows)
+            self.con.executemany(_UPSERT_LATEST, [row for _, row in latest.values()])
+        return [run for run in points if run not in active]
+
+    def _active(self, run_ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(run_ids), 500):
+            chunk = run_ids[i : i + 500]
+            marks = ", ".join("?" * len(chunk))
+            query = f"SELECT run_uuid FROM runs WHERE lifecycle_stage = 'active' AND run_uuid IN ({marks})"  # noqa: S608
+            found.update(run for (run,) in self.con.execute(query, chunk))
+        return found
 
 
 class BackgroundTracker:

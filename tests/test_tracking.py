@@ -48,10 +48,12 @@ def _reset() -> None:
 
 
 def test_due_metric_buffers_are_sent_oldest_first_a_budget_at_a_time(tmp_path, monkeypatch):
-    """A real SQLite store: runs whose points waited long enough are sent oldest first, at least
-    one per turn of the driver's loop however small the budget, and a run's points stay buffered
-    until it is due."""
+    """MLflow's own writes (a store whose schema the plain-SQL writer does not know): runs whose
+    points waited long enough are sent oldest first, at least one per turn of the driver's loop
+    however small the budget, and a run's points stay buffered until it is due."""
+    monkeypatch.setattr(tracking, "MLFLOW_SCHEMA", "another")
     tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "budget", "budget", tmp_path / "art")
+    assert tracker._rows is None
     runs = [tracker.start_trial(n, {}, {}, key=f"k{n}") for n in range(3)]
     for step, run in enumerate(runs):
         tracker.log_metrics(run, step, {"x": float(step)})
@@ -67,6 +69,112 @@ def test_due_metric_buffers_are_sent_oldest_first_a_budget_at_a_time(tmp_path, m
     assert sent() == [1, 1, 0]
     tracker.flush_if_due()
     assert sent() == [2, 1, 1]
+
+
+def test_plain_sql_sends_every_due_run_at_once_and_keeps_the_others(tmp_path, monkeypatch):
+    """On a SQLite store with the schema it knows, the points of every due run go in one write
+    (whatever the budget); a run not yet due keeps its points."""
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "due", "due", tmp_path / "art")
+    assert tracker._rows is not None
+    runs = [tracker.start_trial(n, {}, {}, key=f"k{n}") for n in range(3)]
+    for step, run in enumerate(runs[:2]):
+        tracker.log_metrics(run, step, {"x": float(step)})
+    monkeypatch.setattr(tracking, "_FLUSH_SECONDS_SQL", 3600.0)
+    tracker.flush_if_due()
+    sent = lambda: [len(tracker.client.get_metric_history(r, "x")) for r in runs]  # noqa: E731
+    assert sent() == [0, 0, 0]
+    monkeypatch.setattr(tracking, "_FLUSH_SECONDS_SQL", 0.0)
+    tracker.flush_if_due(budget=0.0)
+    assert sent() == [1, 1, 0] and tracker._held == 0
+    monkeypatch.setattr(tracking, "_FLUSH_SECONDS_SQL", 3600.0)
+    tracker.log_metrics(runs[2], 7, {"x": 7.0})
+    tracker.flush_if_due()
+    assert sent() == [1, 1, 0]  # not due yet
+    tracker.end_run(runs[2], "FINISHED")  # a run's end sends what it holds
+    assert sent() == [1, 1, 1]
+
+
+# Points that test what MLflow's store makes of them: NaN and +-inf, a point sent twice, several
+# points at one step (the latest is the largest timestamp, then value), a step logged out of order.
+_POINTS = [
+    ("loss", 1.0, 1000, 0),
+    ("loss", 0.5, 1000, 1),
+    ("loss", 0.5, 1000, 1),
+    ("loss", float("nan"), 1001, 2),
+    ("loss", 0.25, 999, 3),
+    ("loss", 0.75, 999, 1),
+    ("grad", float("inf"), 1000, 0),
+    ("grad", float("-inf"), 1000, 0),
+    ("grad", 3.0, 1000, 0),
+    ("grad", 2.0, 1000, 0),
+    ("eval/mean_return", -1e300, 5, 7),
+    ("eval/mean_return", 12.5, 4, 7),
+]
+
+
+def _stored(db: Path) -> tuple[list[tuple], list[tuple]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        points = con.execute(
+            "SELECT r.name, m.key, m.value, m.timestamp, m.step, m.is_nan FROM metrics m "
+            "JOIN runs r ON r.run_uuid = m.run_uuid ORDER BY 1, 2, 5, 4, 3, 6"
+        ).fetchall()
+        latest = con.execute(
+            "SELECT r.name, m.key, m.value, m.timestamp, m.step, m.is_nan FROM latest_metrics m "
+            "JOIN runs r ON r.run_uuid = m.run_uuid ORDER BY 1, 2"
+        ).fetchall()
+    return points, latest
+
+
+def test_plain_sql_metric_rows_are_those_mlflow_itself_writes(tmp_path, monkeypatch):
+    """The same points, sent over two flushes (points and steps again in the second), through the
+    plain-SQL writer and through MLflow's own ``log_batch``: the metric and latest-metric rows are
+    identical, and MLflow's client reads the same history and latest values from both."""
+    from mlflow.entities import Metric
+
+    stores = {}
+    for way in ("plain", "mlflow"):
+        db = tmp_path / f"{way}.db"
+        tracker = tracking.MlflowTracker(f"sqlite:///{db}", "same", "same", tmp_path / way)
+        assert tracker._rows is not None
+        runs = [tracker.start_trial(n, {}, {}, name=f"run-{n}", key=f"k{n}") for n in range(2)]
+        # the second flush: older points of one key (its latest must stay), a newer one of another
+        for half in (_POINTS[:7], [*_POINTS[:3], *_POINTS[5:], ("grad", 1.0, 2000, 4)]):
+            for run in runs:
+                if way == "plain":
+                    tracker._rows.write({run: half})
+                else:
+                    tracker.client.log_batch(run, metrics=[Metric(*point) for point in half])
+        stores[way] = (db, tracker.client, runs)
+    assert _stored(stores["plain"][0]) == _stored(stores["mlflow"][0])
+    reads = []
+    for _db, client, runs in stores.values():
+        run = client.get_run(runs[0])
+        history = {
+            k: [(m.value, m.timestamp, m.step) for m in client.get_metric_history(run.info.run_id, k)]
+            for k in run.data.metrics
+        }
+        reads.append((run.data.metrics, history))
+    assert str(reads[0]) == str(reads[1])  # NaN compares unequal to itself: compared as text
+
+
+def test_plain_sql_leaves_a_deleted_run_to_mlflow_and_checks_names_by_its_rule(tmp_path):
+    """A run deleted while the sweep runs: MLflow's own call refuses its points, in its words,
+    and the other runs' points are written. A metric name MLflow refuses is refused the same."""
+    from mlflow.exceptions import MlflowException
+
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "gone", "gone", tmp_path / "art")
+    kept, gone = tracker.start_trial(0, {}, {}, key="a"), tracker.start_trial(1, {}, {}, key="b")
+    tracker.client.delete_run(gone)
+    tracker.log_metrics(kept, 0, {"x": 1.0})
+    tracker.log_metrics(gone, 0, {"x": 2.0})
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        tracker.flush()
+    assert [m.value for m in tracker.client.get_metric_history(kept, "x")] == [1.0]
+    assert tracker._buffers == {gone: [("x", 2.0, tracker._buffers[gone][0][2], 0)]}
+    with pytest.raises(MlflowException, match=r'Invalid value "\.\./x"'):
+        tracker._rows.write({kept: [("../x", 1.0, 0, 0)]})
 
 
 def test_held_points_past_the_bound_are_thinned_each_curve_keeping_its_last_point(tmp_path, monkeypatch):
