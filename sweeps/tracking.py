@@ -345,7 +345,7 @@ class MlflowTracker:
     def _send(self, run_ids: list[str]) -> None:
         """Plain SQL: the runs' buffered points in one transaction. A run the writer leaves (not
         active: deleted in the UI) keeps its points, for MLflow's own call to refuse in its words."""
-        points = {run: self._buffers[run] for run in run_ids if self._buffers.get(run)}
+        points = {run: self._buffers[run] for run in run_ids if run in self._buffers}  # an empty one is done too
         if not points or self._rows is None:
             return
         left = set(self._rows.write(points))

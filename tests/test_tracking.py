@@ -92,6 +92,10 @@ def test_plain_sql_sends_every_due_run_at_once_and_keeps_the_others(tmp_path, mo
     assert sent() == [1, 1, 0]  # not due yet
     tracker.end_run(runs[2], "FINISHED")  # a run's end sends what it holds
     assert sent() == [1, 1, 1]
+    tracker.log_metrics(runs[0], 8, {})  # a dump with nothing in it is done once due, like any other
+    monkeypatch.setattr(tracking, "_FLUSH_SECONDS_SQL", 0.0)
+    tracker.flush_if_due()
+    assert tracker._since == {} and tracker._buffers == {}
 
 
 # Points that test what MLflow's store makes of them: NaN and +-inf, a point sent twice, several
