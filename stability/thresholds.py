@@ -85,7 +85,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "relative_fit_episode_min": 1.0e-6,
         "ev_below_mean": -0.2,
         "critic_error_off": 0.65,
-        "critic_error_fit": 0.55,
+        "critic_error_fit": 0.6,
         "critic_r2_max": 0.2,
         "critic_records": 3,
         "critic_records_sparse": 2,
