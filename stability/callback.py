@@ -68,7 +68,8 @@ class StabilityCallback(BaseCallback):
     """Collect stability signals after every update; classify; optionally stop doomed runs.
 
     :param thresholds: detector thresholds (default: the documented defaults).
-    :param stop_on: failure classes that end training as soon as they are certain.
+    :param stop_on: failure classes that end training as soon as they are certain
+        (``stuck_value_loss`` is certain only once training has ended: it never stops a run).
     :param on_update: called after each update with ``(step, signals, verdict)``.
     :param check_every: run the detectors at least every N updates. Each check reads the whole
         history, so checks thin out as it grows (every 2% of the updates so far at most), except
