@@ -181,6 +181,93 @@ def test_plain_sql_leaves_a_deleted_run_to_mlflow_and_checks_names_by_its_rule(t
         tracker._rows.write({kept: [("../x", 1.0, 0, 0)]})
 
 
+def _runs_as_stored(db: Path, root: str) -> list[tuple]:
+    """Every run's row, tags and params, by run name; ids and times replaced by what they must be."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        runs = con.execute(
+            "SELECT run_uuid, name, source_type, source_name, entry_point_name, user_id, status, start_time, "
+            "end_time, deleted_time, source_version, lifecycle_stage, artifact_uri, experiment_id FROM runs"
+        ).fetchall()
+        names = {run[0]: run[1] for run in runs}  # a tag holding a run id (the parent's) compared by name
+        out = []
+        for run_id, name, *row, start, end, deleted, version, stage, uri, experiment in runs:
+            tags = [
+                (k, names.get(v, v))
+                for k, v in con.execute("SELECT key, value FROM tags WHERE run_uuid = ? ORDER BY key", (run_id,))
+            ]
+            params = con.execute("SELECT key, value FROM params WHERE run_uuid = ? ORDER BY key", (run_id,)).fetchall()
+            ended = end is not None and end >= start if row[-1] != "RUNNING" else end is None
+            timed = (start > 0, ended, deleted)
+            where = uri == f"{root}/{run_id}/artifacts"
+            out.append((name, *row, timed, version, stage, where, experiment, tags, params))
+    return sorted(out)
+
+
+def test_plain_sql_runs_tags_params_and_ends_are_those_mlflow_itself_writes(tmp_path, monkeypatch):
+    """A trial's run and its seeds' runs (with tags and params, a long param value cut, and a
+    tag's value replaced later), ended as FINISHED, FAILED and KILLED, through the plain-SQL writer
+    and through MLflow's own calls: the runs, tags and params rows are the same, and MLflow's client
+    reads the same runs from both."""
+    long = "x" * 7000  # past MLflow's 6000 characters for a param value: cut
+    stores = {}
+    for way in ("plain", "mlflow"):
+        if way == "mlflow":
+            monkeypatch.setattr(tracking, "MLFLOW_SCHEMA", "another")
+        db, root = tmp_path / f"{way}.db", tmp_path / f"art-{way}"
+        tracker = tracking.MlflowTracker(f"sqlite:///{db}", "same", "same", root)
+        assert (tracker._rows is not None) == (way == "plain")
+        parent = tracker.start_trial(3, {"lr": 0.1, "arch": [64, 64], "note": long}, {"spec": 1}, key="k3")
+        seeds = [
+            tracker.start_seed(3, seed, parent, {"lr": 0.1}, tags={"rlsweep.extra": "a"}, key=f"k3-{seed}")
+            for seed in (1, 2, 3)
+        ]
+        tracker.set_tags(seeds[0], {"rlsweep.host": "node-1", "rlsweep.worker": "3"})
+        tracker.set_tags(seeds[0], {"rlsweep.host": "node-2"})  # a key's value replaced
+        for run, status in zip(seeds, ("FINISHED", "FAILED", "KILLED"), strict=True):
+            tracker.end_run(run, status, metrics={"eval/mean_return": 1.5}, tags={keys.OUTCOME: status.lower()})
+        tracker.end_run(parent, "FINISHED", tags={keys.OUTCOME: "complete"})
+        stores[way] = (db, root.resolve().as_uri(), tracker.client, [parent, *seeds])
+    assert _runs_as_stored(*stores["plain"][:2]) == _runs_as_stored(*stores["mlflow"][:2])
+    reads = []
+    for _db, _root, client, runs in stores.values():
+        got = [client.get_run(run) for run in runs]
+        names = {r.info.run_id: r.info.run_name for r in got}
+        reads.append(
+            [
+                (
+                    r.info.run_name,
+                    r.info.status,
+                    r.info.lifecycle_stage,
+                    {k: names.get(v, v) for k, v in r.data.tags.items()},
+                    r.data.params,
+                )
+                for r in got
+            ]
+        )
+        assert client.download_artifacts(runs[0], "spec.resolved.json")  # the trial's resolved spec is there
+    assert reads[0] == reads[1]
+    assert reads[0][0][4]["note"] == "x" * 6000
+
+
+def test_plain_sql_leaves_deleted_runs_and_run_names_to_mlflow(tmp_path):
+    """Tags and the end of a run deleted mid-sweep are refused by MLflow's own call, in its words;
+    a run-name tag (which MLflow copies to the run's name) is MLflow's to set."""
+    from mlflow.exceptions import MlflowException
+
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "gone", "gone", tmp_path / "art")
+    run = tracker.start_trial(0, {}, {}, key="a")
+    tracker.set_tags(run, {"mlflow.runName": "renamed"})
+    assert tracker.client.get_run(run).info.run_name == "renamed"
+    tracker.client.delete_run(run)
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        tracker.set_tags(run, {"x": "1"})
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        tracker.end_run(run, "FINISHED")
+    assert tracker.client.get_run(run).info.status == "RUNNING"
+
+
 def test_held_points_past_the_bound_are_thinned_each_curve_keeping_its_last_point(tmp_path, monkeypatch):
     """Back-pressure on a real SQLite store: past the bound, each held curve keeps every other
     point and its last; the run says how coarse its curves are; below it, nothing is dropped."""
