@@ -22,7 +22,7 @@ import os
 import sqlite3
 import time
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stability import keys
@@ -145,6 +145,11 @@ class MlflowTracker:
         self._tagged: dict[str, int] = {}  # run -> the thinning its tag says
         self._rows = _StoreRows.open(uri)  # after the experiment: its store and schema exist
         self._artifact_root = self.client.get_experiment(self.experiment_id).artifact_location
+        self._local_artifacts: Path | None = None  # runs' artifact folders, where written straight to them
+        if self._rows is not None and self._artifact_root.startswith("file:"):
+            from mlflow.utils.file_utils import local_file_uri_to_path
+
+            self._local_artifacts = Path(local_file_uri_to_path(self._artifact_root))
 
     # --- runs -----------------------------------------------------------------------------
     def start_trial(
@@ -160,7 +165,8 @@ class MlflowTracker:
         not one of the study's sampled trials, so resuming never closes it as one."""
         base = {keys.SWEEP: self.sweep} | ({keys.TRIAL: str(trial)} if trial is not None else {})
         run_id = self._create(name or f"trial-{trial}", base | (tags or {}), key, params)
-        self.client.log_dict(run_id, resolved_spec, "spec.resolved.json")
+        # as MLflow's log_dict writes it
+        self._artifact(run_id, "spec.resolved.json", json.dumps(resolved_spec, indent=2, default=str).encode())
         return run_id
 
     def start_seed(
@@ -200,6 +206,26 @@ class MlflowTracker:
         self._log_params(run_id, values)
         return run_id
 
+    def _artifact(self, run_id: str, name: str, data: bytes) -> None:
+        """One artifact file of the run, at ``name`` (a path relative to its artifacts). On a SQLite
+        store this module writes runs to, with a local artifact folder, written straight to the
+        run's folder, where MLflow's own store puts it (``<experiment location>/<run>/artifacts``):
+        MLflow's client first reads the whole run back through the ORM, about 10 ms a file. Else
+        through MLflow's client."""
+        relative = PurePosixPath(name)
+        if self._local_artifacts is not None and not relative.is_absolute() and ".." not in relative.parts:
+            path = self._local_artifacts.joinpath(run_id, "artifacts", *relative.parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            return
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            local = Path(folder) / relative.name
+            local.write_bytes(data)
+            parent = str(relative.parent)  # "." for a file at the top, which MLflow refuses as a folder
+            self.client.log_artifact(run_id, str(local), artifact_path=None if parent == "." else parent)
+
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
@@ -237,17 +263,17 @@ class MlflowTracker:
         artifact path -> content), and close it as FINISHED/FAILED/KILLED."""
         if metrics:
             self.log_metrics(run_id, 0, metrics)
-        self._flush_run(run_id, tags=tags)
         for name, text in (texts or {}).items():
-            self.client.log_text(run_id, text, name)
-        if files:
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as folder:
-                for name, data in files.items():
-                    path = Path(folder) / Path(name).name
-                    path.write_bytes(data)
-                    self.client.log_artifact(run_id, str(path), artifact_path=str(Path(name).parent) or None)
+            self._artifact(run_id, name, text.encode("utf-8"))  # as MLflow's log_text writes it
+        for name, data in (files or {}).items():
+            self._artifact(run_id, name, data)
+        values = {k: v[:5000] for k, v in (tags or {}).items()}
+        held = self._buffers.get(run_id, [])
+        if self._rows is not None and self._rows.end_run(run_id, held, values, status, int(time.time() * 1000)):
+            self._held -= len(held)
+            self._done([run_id])  # (an empty buffer is done too)
+            return
+        self._flush_run(run_id, tags=values)
         if self._rows is None or not self._rows.terminate(run_id, status, int(time.time() * 1000)):
             self.client.set_terminated(run_id, status=status)
 
@@ -492,10 +518,36 @@ class _StoreRows:
         """Store the runs' points, (key, value, timestamp, step) each, in one transaction; the runs
         left unwritten (not active) are returned."""
         active = self._active(list(points))
+        rows, latest = self._point_rows({run: points[run] for run in active})
+        with self.con:  # one transaction: committed here, or nothing of it on an error
+            self._insert_points(rows, latest)
+        return [run for run in points if run not in active]
+
+    def end_run(
+        self, run_id: str, points: list[tuple[str, float, int, int]], tags: dict[str, str], status: str, end_time: int
+    ) -> bool:
+        """The run's last points, its tags and its end (``status`` at ``end_time``), in one
+        transaction; False, with nothing written, where MLflow's own calls must decide (the run is
+        not active, or a run-name tag is given)."""
+        if _RUN_NAME in tags:
+            return False
+        self._status.from_string(status)  # an unknown status is refused in MLflow's words
+        rows, latest = self._point_rows({run_id: points})
+        tag_rows = [(t.key, t.value, run_id) for t in (self._tag(k, v) for k, v in tags.items())]
+        with self.con:
+            if not self._active([run_id]):
+                return False
+            self._insert_points(rows, latest)
+            self.con.executemany(_UPSERT_TAG, tag_rows)
+            self.con.execute(_END_RUN, (status, end_time, run_id))
+        return True
+
+    def _point_rows(self, points: dict[str, list[tuple[str, float, int, int]]]) -> tuple[list[tuple], list[tuple]]:
+        """The ``metrics`` rows of the runs' points, and the ``latest_metrics`` row of each run's key."""
         rows: list[tuple[str, float, int, str, int, int]] = []
         latest: dict[tuple[str, str], tuple[tuple[int, int, float], tuple[str, float, int, int, int, str]]] = {}
-        for run_id in active:
-            for key, value, timestamp, step in points[run_id]:
+        for run_id, run_points in points.items():
+            for key, value, timestamp, step in run_points:
                 if key not in self._names:
                     self._check_name(key)
                     self._names.add(key)
@@ -505,10 +557,11 @@ class _StoreRows:
                 order, best = (step, timestamp, stored), latest.get((run_id, key))
                 if best is None or order > best[0]:
                     latest[(run_id, key)] = (order, (key, stored, timestamp, step, int(nan), run_id))
-        with self.con:  # one transaction: committed here, or nothing of it on an error
-            self.con.executemany(_INSERT_POINTS, rows)
-            self.con.executemany(_UPSERT_LATEST, [row for _, row in latest.values()])
-        return [run for run in points if run not in active]
+        return rows, [row for _, row in latest.values()]
+
+    def _insert_points(self, rows: list[tuple], latest: list[tuple]) -> None:
+        self.con.executemany(_INSERT_POINTS, rows)
+        self.con.executemany(_UPSERT_LATEST, latest)
 
     def _active(self, run_ids: list[str]) -> set[str]:
         found: set[str] = set()

@@ -218,7 +218,8 @@ def test_plain_sql_runs_tags_params_and_ends_are_those_mlflow_itself_writes(tmp_
         db, root = tmp_path / f"{way}.db", tmp_path / f"art-{way}"
         tracker = tracking.MlflowTracker(f"sqlite:///{db}", "same", "same", root)
         assert (tracker._rows is not None) == (way == "plain")
-        parent = tracker.start_trial(3, {"lr": 0.1, "arch": [64, 64], "note": long}, {"spec": 1}, key="k3")
+        resolved = {"algo": "PPO", "hyperparams": {"n_steps": 128, "arch": [64, 64]}, "path": tmp_path}
+        parent = tracker.start_trial(3, {"lr": 0.1, "arch": [64, 64], "note": long}, resolved, key="k3")
         seeds = [
             tracker.start_seed(3, seed, parent, {"lr": 0.1}, tags={"rlsweep.extra": "a"}, key=f"k3-{seed}")
             for seed in (1, 2, 3)
@@ -226,10 +227,42 @@ def test_plain_sql_runs_tags_params_and_ends_are_those_mlflow_itself_writes(tmp_
         tracker.set_tags(seeds[0], {"rlsweep.host": "node-1", "rlsweep.worker": "3"})
         tracker.set_tags(seeds[0], {"rlsweep.host": "node-2"})  # a key's value replaced
         for run, status in zip(seeds, ("FINISHED", "FAILED", "KILLED"), strict=True):
-            tracker.end_run(run, status, metrics={"eval/mean_return": 1.5}, tags={keys.OUTCOME: status.lower()})
+            tracker.end_run(
+                run,
+                status,
+                metrics={"eval/mean_return": 1.5},
+                tags={keys.OUTCOME: status.lower()},
+                texts={"error.txt": "Traceback: \u00e9chec\n"},
+                files={"stability/verdict.json": b'{"verdict": "healthy"}', "curves.png": bytes(range(256))},
+            )
         tracker.end_run(parent, "FINISHED", tags={keys.OUTCOME: "complete"})
         stores[way] = (db, root.resolve().as_uri(), tracker.client, [parent, *seeds])
     assert _runs_as_stored(*stores["plain"][:2]) == _runs_as_stored(*stores["mlflow"][:2])
+    files = []  # every artifact file, its run named, and its bytes
+    for way, (_db, _root, client, runs) in stores.items():
+        names = {run: client.get_run(run).info.run_name for run in runs}
+        folder = tmp_path / f"art-{way}"
+        files.append(
+            sorted(
+                (names[p.relative_to(folder).parts[0]], *p.relative_to(folder).parts[1:], p.read_bytes())
+                for p in folder.rglob("*")
+                if p.is_file()
+            )
+        )
+    assert files[0] == files[1] and len(files[0]) == 1 + 3 * 3
+    # and the bytes are those MLflow's own log_dict and log_text write
+    _db, _root, client, runs = stores["mlflow"]
+    client.log_dict(runs[0], resolved, "own/spec.resolved.json")
+    client.log_text(runs[1], "Traceback: \u00e9chec\n", "own/error.txt")
+    read = lambda run, name: Path(client.download_artifacts(run, name)).read_bytes()  # noqa: E731
+    plain_client, plain_runs = stores["plain"][2], stores["plain"][3]
+    assert (
+        read(runs[0], "own/spec.resolved.json")
+        == Path(plain_client.download_artifacts(plain_runs[0], "spec.resolved.json")).read_bytes()
+    )
+    assert (
+        read(runs[1], "own/error.txt") == Path(plain_client.download_artifacts(plain_runs[1], "error.txt")).read_bytes()
+    )
     reads = []
     for _db, _root, client, runs in stores.values():
         got = [client.get_run(run) for run in runs]

@@ -191,10 +191,11 @@ def bench_repair(repeat: int) -> dict:
 def bench_scale(repeat: int) -> dict:
     """The real driver against a replayed event stream at 16-1024 concurrent seeds, SQLite and an
     HTTP tracking server, the study's storage as ``rlsweep run`` opens it beside the same storage
-    making Optuna's own writes, and on SQLite the metric points as plain SQL beside MLflow's own
-    ``log_batch`` (driver_scale.py: writes scale.md)."""
+    making Optuna's own writes, and on SQLite MLflow's writes as plain SQL beside the runs'
+    bookkeeping through MLflow's client and beside every write through it (driver_scale.py: writes
+    scale.md)."""
     return _script(
-        "driver_scale.py", "--n", "16,64,256,512,1024", "--optuna", "sole,sole-orm", "--metrics", "sql,mlflow"
+        "driver_scale.py", "--n", "16,64,256,512,1024", "--optuna", "sole,sole-orm", "--metrics", "sql,points,mlflow"
     )
 
 
