@@ -127,12 +127,16 @@ class Driver:
         self.active: dict[int, ActiveTrial] = {}
         self.pool = Pool(backend, spec.backend.max_failures)
         self._mlflow: deque[Callable[[], object]] = deque()  # MLflow writes, done after submitting work
+        # Runs to create (after the reconcile of runs a dead driver left): done before the other
+        # writes, so that a seed's metric points, held here until its run exists, wait for that
+        # alone and not for every write queued before it
+        self._creations: deque[Callable[[], object]] = deque()
         self.progress = Progress(target=spec.n_trials)
         self._aggregate = scoring.aggregator(spec.objective.aggregate) or statistics.fmean  # checked by the spec
         self._stability = stability_settings(spec)
         self.logged_step: dict[tuple[int, int], int] = {}  # job -> last step sent to MLflow
         self.retry_floor: dict[tuple[int, int], int] = {}  # retried job -> steps up to here are logged
-        self._points_waiting: dict[tuple[int, int], int] = {}  # job -> its points queued behind its run's creation
+        self._early: dict[tuple[int, int], list[Metrics]] = {}  # job -> its points, until its run exists
         # Repairs: by ``stability.repair.auto`` (bounded by the sweep's own size) or ``rlsweep repair``.
         auto = spec.stability.repair
         self.repair = repair or (
@@ -155,7 +159,8 @@ class Driver:
         p = self.progress
         p.requeued = st.requeue_interrupted(self.study) if self.open_trials else []
         outcomes = st.outcomes(self.study)
-        self._mlflow.append(lambda: self.tracker.reconcile(outcomes))
+        # before any run of this one is made: it closes the runs a driver that died left RUNNING
+        self._creations.append(lambda: self.tracker.reconcile(outcomes))
         previous = st.counted(self.study)
         p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
@@ -191,13 +196,14 @@ class Driver:
         return self.pool.busy
 
     def _write_mlflow(self, budget: float | None = None) -> None:
-        """The MLflow writes that piled up, in order, for at most ``budget`` seconds (all of them
-        without one). While the tracking server is away they are held (training and Optuna go on)
-        and tried again with backoff; each is done once."""
+        """The MLflow writes that piled up, runs to create first, then the others in order, for at
+        most ``budget`` seconds (all of them without one). While the tracking server is away they are
+        held (training and Optuna go on) and tried again with backoff; each is done once."""
         until = math.inf if budget is None else time.monotonic() + budget
-        while self._mlflow and time.monotonic() < until and self._tracked(self._mlflow[0]):
-            self._mlflow.popleft()
-        self.progress.tracking_held = len(self._mlflow)
+        for queue in (self._creations, self._mlflow):
+            while queue and time.monotonic() < until and self._tracked(queue[0]):
+                queue.popleft()
+        self.progress.tracking_held = len(self._creations) + len(self._mlflow)
 
     def _tracked(self, write: Callable[[], object]) -> bool:
         """Do one MLflow write; False if the tracking server could not be reached (try later)."""
@@ -221,7 +227,7 @@ class Driver:
         deadline = time.monotonic() + OUTAGE_LIMIT
         while True:
             self._write_mlflow()
-            if not self._mlflow and self._tracked(self.tracker.flush):
+            if not self._creations and not self._mlflow and self._tracked(self.tracker.flush):
                 return
             if time.monotonic() > deadline:
                 raise UsageError(
@@ -244,7 +250,7 @@ class Driver:
         self.active[trial.number] = active
         active.logged, configs = trial_configs(self.spec, trial.number, params, active.seeds, self._stability)
         self.pool.add(configs)
-        self._mlflow.append(lambda: self._start_runs(active))
+        self._creations.append(lambda: self._start_runs(active))
         return True
 
     def _start_runs(self, active: ActiveTrial) -> None:
@@ -256,6 +262,7 @@ class Driver:
                 active.child_runs[seed] = self.tracker.start_seed(
                     active.number, seed, active.parent_run, active.logged, key=f"{active.run_key}-{seed}"
                 )
+        self._created(active)
 
     # --- events ---------------------------------------------------------------------------
     def _handle(self, event: Event | Retried) -> None:
@@ -271,12 +278,11 @@ class Driver:
         if isinstance(payload, Metrics):
             if payload.step > self.retry_floor.get(event.key, -1):
                 self.logged_step[event.key] = max(payload.step, self.logged_step.get(event.key, -1))
-                if seed in active.child_runs and not self._points_waiting.get(event.key):
+                if seed in active.child_runs and event.key not in self._early:
                     self.tracker.log_metrics(active.child_runs[seed], payload.step, payload.values)
                 else:  # its run is still to be created (writes piled up, or the tracking server was
-                    # away): after it, and so are the points that come while earlier ones wait
-                    self._points_waiting[event.key] = self._points_waiting.get(event.key, 0) + 1
-                    self._mlflow.append(partial(self._log_late, active, seed, payload.step, payload.values))
+                    # away): held until it is (_created)
+                    self._early.setdefault(event.key, []).append(payload)
             if PERIODIC_RETURN in payload.values and active.plan is None:
                 active.periodic.setdefault(payload.step, {})[seed] = payload.values[PERIODIC_RETURN]
                 self._report(active)
@@ -318,12 +324,11 @@ class Driver:
         """End a seed's run; its id is read now, when the write runs (after the run's creation)."""
         self.tracker.end_run(active.child_runs[seed], status, **fields)
 
-    def _log_late(self, active: ActiveTrial, seed: int, step: int, values: dict[str, float]) -> None:
-        self.tracker.log_metrics(active.child_runs[seed], step, values)
-        key = (active.number, seed)
-        self._points_waiting[key] -= 1
-        if not self._points_waiting[key]:
-            del self._points_waiting[key]
+    def _created(self, active: ActiveTrial) -> None:
+        """The trial's seed runs exist: hand MLflow the points that came before, in order."""
+        for seed, run_id in active.child_runs.items():
+            for early in self._early.pop((active.number, seed), []):
+                self.tracker.log_metrics(run_id, early.step, early.values)
 
     def _attempt_tags(self, key: tuple[int, int]) -> dict[str, str]:
         tries = self.pool.tries.get(key)
@@ -600,7 +605,7 @@ class Driver:
         active.logged, configs = trial_configs(self.spec, key, plan.params, seeds, self._stability, patch=attempt.patch)
         self.pool.add(configs)
         self.progress.jobs_total += len(configs)
-        self._mlflow.append(lambda: self._start_repair_runs(active))
+        self._creations.append(lambda: self._start_repair_runs(active))
 
     def _out_of_time(self) -> bool:
         p = self.progress
@@ -643,6 +648,7 @@ class Driver:
                 tags=tags,
                 key=f"{active.run_key}-{seed}",
             )
+        self._created(active)
 
     def _close_repair(self, active: ActiveTrial) -> None:
         plan, attempt = active.plan, active.attempt

@@ -227,12 +227,15 @@ class MlflowTracker:
             self.client.log_artifact(run_id, str(local), artifact_path=None if parent == "." else parent)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
 
         values = {k: v[:5000] for k, v in tags.items()}
-        if not values or (self._rows is not None and self._rows.set_tags(run_id, values)):
-            return
-        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in values.items()])
+        if values and (self._rows is None or self._rows.set_tags({run_id: values})):
+            self._client_tags(run_id, values)
+
+    def _client_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def find_trial_run(self, trial: int) -> str | None:
         """The parent run of a sampled trial of this sweep, or None."""
@@ -398,11 +401,16 @@ class MlflowTracker:
             self._buffers.pop(run_id, None)
             self._since.pop(run_id, None)
         self._sent(run_ids)
-        for run_id in run_ids:
-            coarse = self.thinned.get(run_id)
-            if coarse is not None and self._tagged.get(run_id) != coarse:
-                self.set_tags(run_id, {keys.METRICS_THINNED: str(coarse)})
-                self._tagged[run_id] = coarse
+        due = {
+            run: {keys.METRICS_THINNED: str(self.thinned[run])}
+            for run in run_ids
+            if self._tagged.get(run, 0) != self.thinned.get(run, 0)
+        }
+        # one transaction for all of them on the plain-SQL path; a run it leaves: MLflow's own call
+        for run_id in self._rows.set_tags(due) if self._rows is not None and due else due:
+            self._client_tags(run_id, due[run_id])
+        for run_id in due:
+            self._tagged[run_id] = self.thinned[run_id]
 
     def _sent(self, run_ids: list[str]) -> None:
         """Called once the runs' buffered points are in the store (a hook for benchmarks)."""
@@ -494,17 +502,15 @@ class _StoreRows:
             self.con.executemany("INSERT INTO params (key, value, run_uuid) VALUES (?, ?, ?)", param_rows)
         return run_id
 
-    def set_tags(self, run_id: str, tags: dict[str, str]) -> bool:
-        """Set the run's tags (a key's value replaced), in one transaction; False where MLflow's own
-        call must decide (the run is not active, or a run-name tag is given)."""
-        if _RUN_NAME in tags:
-            return False
-        rows = [(t.key, t.value, run_id) for t in (self._tag(k, v) for k, v in tags.items())]
+    def set_tags(self, tags: dict[str, dict[str, str]]) -> list[str]:
+        """Set runs' tags (run -> key -> value; a key's value replaced), all in one transaction; the
+        runs left to MLflow's own call (not active, or given a run-name tag) are returned."""
+        mine = [run for run, values in tags.items() if _RUN_NAME not in values]
+        rows = [(t.key, t.value, run) for run in mine for t in (self._tag(k, v) for k, v in tags[run].items())]
         with self.con:
-            if not self._active([run_id]):
-                return False
-            self.con.executemany(_UPSERT_TAG, rows)
-        return True
+            active = self._active(mine)
+            self.con.executemany(_UPSERT_TAG, [row for row in rows if row[2] in active])
+        return [run for run in tags if run not in active]
 
     def terminate(self, run_id: str, status: str, end_time: int) -> bool:
         """End the run with ``status`` (a name MLflow knows) at ``end_time`` (ms); False where the

@@ -266,33 +266,52 @@ def test_metrics_of_a_job_reach_its_seed_run_in_order():
     assert isinstance(metrics(1)[0], Metrics)
 
 
-def test_points_that_arrive_before_their_run_exists_keep_their_order_when_later_ones_come_while_they_wait(
+def test_points_that_arrive_before_their_run_exists_are_held_in_order_and_runs_are_created_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import time
-
-    from sweeps import driver as dr
+    """A seed's run could not be created at first (the tracking server went away after its
+    trial's run was made): its points are held, in order, and handed over once it exists. Runs
+    to create go before the other writes, but after the reconcile of the runs a dead driver left
+    RUNNING (which would close the new ones too)."""
 
     class TwoEventsAPoll(Scripted):
         def poll(self, timeout: float) -> list:
             out, self.events = self.events[:2], self.events[2:]
             return out
 
-    class SlowWrites(Recorder):  # each write outlasts a turn's budget: one write per turn of the loop
+    class AwayOnce(Recorder):
+        server = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
         def reconcile(self, outcomes) -> int:
-            time.sleep(0.02)
+            self.calls.append("reconcile")
             return 0
 
+        def start_trial(self, *args: Any, **kwargs: Any) -> str:
+            self.calls.append("create")
+            return super().start_trial(*args, **kwargs)
+
         def start_seed(self, *args: Any, **kwargs: Any) -> str:
-            time.sleep(0.02)
+            if "away" not in self.calls:
+                self.calls.append("away")
+                raise ConnectionError("Connection refused")
             return super().start_seed(*args, **kwargs)
 
-    monkeypatch.setattr(dr, "WRITE_BUDGET", 0.01)
+        def log_metrics(self, run_id, step, values) -> None:
+            self.calls.append(f"step {step}")
+            super().log_metrics(run_id, step, values)
+
     script = lambda c, a: [*metrics(1, 2, 3, 4), result()]  # noqa: E731
-    driver, _, _, tracker = _driver(script, capacity=1, backend_class=TwoEventsAPoll, tracker=SlowWrites(), seeds=1)
+    driver, _, _, tracker = _driver(script, capacity=1, backend_class=TwoEventsAPoll, tracker=AwayOnce(), seeds=1)
     driver.run()
-    # the run's creation waited behind the reconcile, so step 1 waited for it; steps 2.. came while it did
     assert tracker.run("trial-0-seed-0")["steps"] == [1, 2, 3, 4]
+    # the reconcile, the trial's run, then the seed's once the server was back (Recorder makes it
+    # as a run too), then the points held meanwhile, in order
+    assert tracker.calls == ["reconcile", "create", "away", "create", "step 1", "step 2", "step 3", "step 4"]
+    assert driver._early == {}
 
 
 def test_an_event_takes_its_kind_from_its_payload_and_the_wire_form_is_checked():
