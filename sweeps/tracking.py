@@ -227,7 +227,6 @@ class MlflowTracker:
             self.client.log_artifact(run_id, str(local), artifact_path=None if parent == "." else parent)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-
         values = {k: v[:5000] for k, v in tags.items()}
         if values and (self._rows is None or self._rows.set_tags({run_id: values})):
             self._client_tags(run_id, values)
