@@ -111,6 +111,10 @@ def _param_value(value: Any) -> str:
     return text[:6000]
 
 
+def _tag_values(tags: dict[str, str] | None) -> dict[str, str]:
+    return {k: v[:5000] for k, v in (tags or {}).items()}
+
+
 class MlflowTracker:
     def __init__(self, uri: str, experiment: str, sweep: str, artifact_dir: Path) -> None:
         import logging
@@ -144,12 +148,14 @@ class MlflowTracker:
         self.thinned: dict[str, int] = {}  # run -> its curves keep one point in this many (since thinned)
         self._tagged: dict[str, int] = {}  # run -> the thinning its tag says
         self._rows = _StoreRows.open(uri)  # after the experiment: its store and schema exist
-        self._artifact_root = self.client.get_experiment(self.experiment_id).artifact_location
+        self._artifact_root = ""  # the experiment's artifact location, where the plain-SQL writer makes runs
         self._local_artifacts: Path | None = None  # runs' artifact folders, where written straight to them
-        if self._rows is not None and self._artifact_root.startswith("file:"):
-            from mlflow.utils.file_utils import local_file_uri_to_path
+        if self._rows is not None:
+            self._artifact_root = (found or self.client.get_experiment(self.experiment_id)).artifact_location
+            if self._artifact_root.startswith("file:"):
+                from mlflow.utils.file_utils import local_file_uri_to_path
 
-            self._local_artifacts = Path(local_file_uri_to_path(self._artifact_root))
+                self._local_artifacts = Path(local_file_uri_to_path(self._artifact_root))
 
     # --- runs -----------------------------------------------------------------------------
     def start_trial(
@@ -227,7 +233,7 @@ class MlflowTracker:
             self.client.log_artifact(run_id, str(local), artifact_path=None if parent == "." else parent)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        values = {k: v[:5000] for k, v in tags.items()}
+        values = _tag_values(tags)
         if values and (self._rows is None or self._rows.set_tags({run_id: values})):
             self._client_tags(run_id, values)
 
@@ -269,15 +275,14 @@ class MlflowTracker:
             self._artifact(run_id, name, text.encode("utf-8"))  # as MLflow's log_text writes it
         for name, data in (files or {}).items():
             self._artifact(run_id, name, data)
-        values = {k: v[:5000] for k, v in (tags or {}).items()}
+        values = _tag_values(tags)
         held = self._buffers.get(run_id, [])
         if self._rows is not None and self._rows.end_run(run_id, held, values, status, int(time.time() * 1000)):
             self._held -= len(held)
             self._done([run_id])  # (an empty buffer is done too)
             return
-        self._flush_run(run_id, tags=values)
-        if self._rows is None or not self._rows.terminate(run_id, status, int(time.time() * 1000)):
-            self.client.set_terminated(run_id, status=status)
+        self._flush_run(run_id, tags=values)  # what the plain-SQL writer leaves: MLflow's own calls
+        self.client.set_terminated(run_id, status=status)
 
     def reconcile(self, outcomes: dict[int, dict[str, Any]]) -> int:
         """Close runs left RUNNING by a driver that died, as the Optuna study (the record of truth) says.
@@ -487,7 +492,7 @@ class _StoreRows:
         if _RUN_NAME in tags:
             return None
         run_id, now = uuid.uuid4().hex, int(time.time() * 1000)
-        tag_rows = [(t.key, t.value, run_id) for t in (self._tag(k, v) for k, v in {**tags, _RUN_NAME: name}.items())]
+        tag_rows = self._tag_rows(run_id, {**tags, _RUN_NAME: name})
         param_rows = [(p.key, p.value, run_id) for p in (self._param(k, v) for k, v in params.items())]
         run = (run_id, name, "UNKNOWN", "", "", "unknown", "RUNNING", now, None, None, "", "active")
         with self.con:
@@ -505,19 +510,11 @@ class _StoreRows:
         """Set runs' tags (run -> key -> value; a key's value replaced), all in one transaction; the
         runs left to MLflow's own call (not active, or given a run-name tag) are returned."""
         mine = [run for run, values in tags.items() if _RUN_NAME not in values]
-        rows = [(t.key, t.value, run) for run in mine for t in (self._tag(k, v) for k, v in tags[run].items())]
+        rows = [row for run in mine for row in self._tag_rows(run, tags[run])]
         with self.con:
             active = self._active(mine)
             self.con.executemany(_UPSERT_TAG, [row for row in rows if row[2] in active])
         return [run for run in tags if run not in active]
-
-    def terminate(self, run_id: str, status: str, end_time: int) -> bool:
-        """End the run with ``status`` (a name MLflow knows) at ``end_time`` (ms); False where the
-        run is not active (MLflow's own call refuses it)."""
-        self._status.from_string(status)  # an unknown status is refused in MLflow's words
-        with self.con:
-            done = self.con.execute(_END_RUN, (status, end_time, run_id)).rowcount
-        return done == 1
 
     def write(self, points: dict[str, list[tuple[str, float, int, int]]]) -> list[str]:
         """Store the runs' points, (key, value, timestamp, step) each, in one transaction; the runs
@@ -538,7 +535,7 @@ class _StoreRows:
             return False
         self._status.from_string(status)  # an unknown status is refused in MLflow's words
         rows, latest = self._point_rows({run_id: points})
-        tag_rows = [(t.key, t.value, run_id) for t in (self._tag(k, v) for k, v in tags.items())]
+        tag_rows = self._tag_rows(run_id, tags)
         with self.con:
             if not self._active([run_id]):
                 return False
@@ -546,6 +543,10 @@ class _StoreRows:
             self.con.executemany(_UPSERT_TAG, tag_rows)
             self.con.execute(_END_RUN, (status, end_time, run_id))
         return True
+
+    def _tag_rows(self, run_id: str, tags: dict[str, str]) -> list[tuple[str, str, str]]:
+        """The ``tags`` rows of the run's tags, each checked (and cut) as MLflow checks it."""
+        return [(t.key, t.value, run_id) for t in (self._tag(k, v) for k, v in tags.items())]
 
     def _point_rows(self, points: dict[str, list[tuple[str, float, int, int]]]) -> tuple[list[tuple], list[tuple]]:
         """The ``metrics`` rows of the runs' points, and the ``latest_metrics`` row of each run's key."""
