@@ -83,6 +83,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "pinned_share": 0.6,
         "relative_fit_episode": 0.01,
         "relative_fit_episode_min": 1.0e-6,
+        "relative_units_max": 10.0,
         "ev_below_mean": -0.2,
         "critic_error_off": 0.65,
         "critic_error_fit": 0.6,

@@ -305,6 +305,24 @@ def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_fo
     assert classify(scaled, final=True).verdict == "stuck_value_loss"
 
 
+def test_a_plain_log_loss_far_over_its_episodes_square_is_rewards_scaled_up_not_a_stuck_critic():
+    """A loss ~100 times the episodes' squared discounted return (~3) with explained variance ~0:
+    in the episodes' units the critic would be ten times their scale off and explain far less than
+    nothing, so its rewards were scaled up (a tiny raw reward normalised). A warning only; the same
+    loss with explained variance below the mean's bar is a critic that far off, and stuck."""
+    n = 40
+    common = dict(ep_return=[-30.0 + i % 3 for i in range(n)], ep_length=[999.0] * n, value_loss=[1000.0] * n)
+    ev = [0.05 + 0.02 * math.sin(i) for i in range(n)]
+    scaled = classify(ppo_history(n, explained_variance=ev, **common), final=True)
+    assert scaled.verdict == "healthy"
+    warning = next(f for f in scaled.findings if f.kind == "stuck_value_loss")
+    assert not warning.certain and warning.evidence["value_loss_units_differ"]
+    assert "too large to be in their units" in warning.causes[0]
+    off = classify(ppo_history(n, explained_variance=[-3.0] * n, **common), final=True)
+    assert off.verdict == "stuck_value_loss"
+    assert "value_loss_units_differ" not in off.findings[0].evidence
+
+
 def test_stuck_waits_for_half_the_budget():
     n = 40
     h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[10.0] * n)

@@ -39,9 +39,15 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
   critic's values further from its targets than their own mean).
 
+A loss of at least ``relative_units_max`` times that square, with explained variance above
+``ev_below_mean``, is not in the episodes' units: in them, the critic would be off by more than
+three times the returns' whole scale and explain far less than nothing of them. Its rewards were
+scaled up before it (a tiny raw reward normalised: a Gaussian of small std on MountainCar pays
+~1e-4 a step), the square gives it no scale, and the first rule does not apply.
+
 A rule above that rests on explained variance alone (pinned, never fit, below the mean), where
-the loss is under ``relative_floor_episode`` of that square, gives a warning and never a certain
-verdict: the critic is then off by under a third of the targets' estimated scale, and explained
+the loss is under ``relative_floor_episode`` of that square or not in its units, gives a warning
+and never a certain verdict: the critic is then off by under a third of the targets' estimated scale, and explained
 variance near 0 is as often targets that barely vary about a level it fits (a constant critic at
 the returns' level, a policy that barely varies what it does) as a critic that learnt nothing.
 
@@ -126,12 +132,14 @@ class StuckValueLoss(Detector):
         if live:
             causes.append("judged when the run ends: a critic off its targets mid-run may still fit them")
         if unsure:
-            causes.insert(
-                0,
-                f"its loss is {evidence['value_loss_over_episode_return_sq']:.2g} of the episodes' squared "
-                "discounted return: explained variance alone says stuck, which a critic fitting targets "
-                "that barely vary also shows",
+            ratio = evidence["value_loss_over_episode_return_sq"]
+            why = (
+                "too large to be in their units (rewards scaled up before the critic): explained variance "
+                "alone says stuck"
+                if evidence.get("value_loss_units_differ")
+                else "explained variance alone says stuck, which a critic fitting targets that barely vary also shows"
             )
+            causes.insert(0, f"its loss is {ratio:.2g} of the episodes' squared discounted return: {why}")
         if clear:
             message = _off_message(*_clear_error(evidence))
         elif evidence.get("ev_below_mean"):
@@ -180,7 +188,15 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
-    big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"]
+    # A loss over relative_units_max of that square, while explained variance is not below the
+    # mean's bar, cannot be in the episodes' units: a critic off by more than three times the
+    # returns' whole scale explains far less than nothing of them. Its rewards reached it scaled up
+    # (normalised from a tiny raw reward), and the estimate says nothing of its fit.
+    # (A scale of 0, the window's median episode paying nothing, is no scale: not this rule.)
+    units = scale > 0 and math.isfinite(episode) and episode >= t["relative_units_max"] and ev > t["ev_below_mean"]
+    if units:
+        evidence["value_loss_units_differ"] = True
+    big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"] and not units
     if ppo_style:
         # Explained variance says nothing of a critic whose loss is under relative_fit_episode of
         # the targets' estimated square (an error of a tenth of their scale): targets that barely
@@ -211,12 +227,14 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 
 def _unsure_below_floor(episode: float, t: dict[str, Any], evidence: dict[str, Any]) -> None:
     """Explained variance alone decided, against a loss under ``relative_floor_episode`` of the
-    episodes' squared discounted return (and not so far under it that the scales differ). Such a
+    episodes' squared discounted return (and not so far under it that the scales differ), or one
+    so far over it that the scales differ (nothing then says how far off the critic is). Such a
     critic is off its targets by under a third of their estimated scale: explained variance near 0
     then says the targets vary little about a level the critic may well fit (a constant critic at
     the returns' level, a policy that barely varies what it does), as often as it says the critic
     learnt nothing; a plain log cannot tell which. A warning, never a certain verdict."""
-    if math.isfinite(episode) and t["relative_fit_episode_min"] <= episode < t["relative_floor_episode"]:
+    below = math.isfinite(episode) and t["relative_fit_episode_min"] <= episode < t["relative_floor_episode"]
+    if below or evidence.get("value_loss_units_differ"):
         evidence["explained_variance_only"] = True
 
 
