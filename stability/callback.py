@@ -669,11 +669,10 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         bounds = getattr(policy, "log_std_bounds", None)  # rlsweep's bounded policies (sweeps.policies)
         if bounds is not None:
             ctx["log_std_bounds"] = [float(b) for b in bounds]
-    value_net = getattr(policy, "value_net", None)
-    if isinstance(value_net, th.nn.Linear):
-        ctx["value_head_weight_std"] = (
-            float(value_net.weight.detach().std())
-            if value_net.weight.numel() > 1
-            else float(value_net.weight.detach().abs().mean())
-        )
+    # the heads' scale at the start (a head started large saturates its outputs)
+    for head, key in (("value_net", "value_head_weight_std"), ("action_net", "policy_head_weight_std")):
+        layer = getattr(policy, head, None)
+        if isinstance(layer, th.nn.Linear):
+            weight = layer.weight.detach()
+            ctx[key] = float(weight.std()) if weight.numel() > 1 else float(weight.abs().mean())
     return ctx

@@ -102,6 +102,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "by_progress": 0.6,
         "entropy_fraction": 0.1,
         "std_max": 0.05,
+        "policy_head_std_max": 0.5,
         "stay_factor": 2.0,
         "entropy_drop": 3.0,
         "min_gain": 0.1,

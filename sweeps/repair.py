@@ -153,6 +153,7 @@ def menu(
             ("ent_coef_0", {"ent_coef": 0.0}),
             ("ent_coef", {"ent_coef": 0.01}),
             ("value_gain", {"init_gains": {"value": 1.0}}),
+            ("policy_gain", {"init_gains": {"policy": 0.01}}),
             ("normalize_advantage", {"normalize_advantage": True}),
         ]
     if continuous:

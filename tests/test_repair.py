@@ -73,6 +73,9 @@ def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
     }
     assert items["lr/3"] == {"learning_rate": 1e-3} and items["lr/10"] == {"learning_rate": 3e-4}
     assert "clip" not in items and "ent_coef" not in items and "value_gain" not in items  # SB3's value gain is 1
+    assert "policy_gain" not in items  # nor its policy gain, 0.01
+    gains = {m["name"] for m in rp.menu({"init_gains": {"policy": 100.0}}, {}, False, True)}
+    assert "policy_gain" in gains
     assert "weight_decay" not in items and items["log_std_bounds"] == {"log_std_bounds": [-5, 2]}
     assert "log_std_bounds" not in {m["name"] for m in rp.menu({}, {}, False, True)}
 

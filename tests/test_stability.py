@@ -693,6 +693,8 @@ def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
         contexts.append(cb.history.context)
     assert contexts[0]["log_std_init"] == -1.0 and contexts[0]["log_std_bounds"] == [-5.0, 2.0]
     assert contexts[1]["log_std_init"] == 0.0 and "log_std_bounds" not in contexts[1]
+    # both heads' starting scale: SB3's gains (0.01 for the policy's, 1 for the value's) on 8 units
+    assert contexts[1]["policy_head_weight_std"] < 0.01 and 0.1 < contexts[1]["value_head_weight_std"] < 1.0
     json.dumps(contexts)  # the context travels as JSON (MLflow's stability.context tag)
 
 

@@ -126,6 +126,22 @@ def test_entropy_collapse_is_a_premature_near_deterministic_policy_with_stalled_
     assert judge(_discrete_history(collapsed, [20.0 + 12 * i for i in range(n)])).verdict == "healthy"
 
 
+def test_a_collapse_from_a_policy_head_started_large_is_told_to_start_it_at_sb3_s_gain():
+    n = 40
+    collapsed = [0.69 * 0.5**i for i in range(n)]
+    saturated = _discrete_history(collapsed, [20.0] + [9.4] * (n - 1))
+    saturated.context["policy_head_weight_std"] = 12.5  # init_gains.policy 100 on 64 units
+    finding = judge(saturated).findings[0]
+    assert finding.kind == "entropy_collapse"
+    assert finding.patches[0]["patch"] == {"init_gains": {"policy": 0.01}}
+    assert "policy head starts large" in finding.causes[0]
+    # a head at SB3's own scale is not named
+    usual = _discrete_history(collapsed, [20.0] + [9.4] * (n - 1))
+    usual.context["policy_head_weight_std"] = 0.00125
+    finding = judge(usual).findings[0]
+    assert all("init_gains" not in p["patch"] for p in finding.patches)
+
+
 def test_continuous_collapse_reads_std():
     n = 30
     h = History(total_steps=n * 1024, context={"continuous": True})
@@ -719,3 +735,19 @@ def test_a_gaussian_that_never_explored_is_told_to_start_its_std_at_one():
     low_start = _gaussian_run([0.0067] * 16, flat, log_std_init=-5.0, log_std_bounds=[-5.0, 2.0])
     finding = next(f for f in judge(low_start).findings if f.kind == "entropy_collapse")
     assert finding.patches[0]["patch"] == {"log_std_init": 0.0}
+
+
+def test_a_gaussian_started_low_by_its_config_is_told_to_start_at_one_though_it_first_logged_above_the_bar():
+    """gSDE's first logged spread can sit just over the bar while its config started it at log std -6."""
+    n = 30
+    stds = [0.052] + [0.03] * (n - 1)
+    flat = [-1200.0 + (i % 3) for i in range(n)]
+    started_low = _gaussian_run(stds, flat, log_std_init=-6.0)
+    finding = next(f for f in judge(started_low).findings if f.kind == "entropy_collapse")
+    assert not finding.evidence.get("never_explored")
+    assert finding.patches[0]["patch"] == {"log_std_init": 0.0}
+    assert any("started near 0" in c for c in finding.causes)
+    # started at SB3's log std 0 and collapsed later: the start is not the fix
+    started_at_one = _gaussian_run(stds, flat, log_std_init=0.0)
+    finding = next(f for f in judge(started_at_one).findings if f.kind == "entropy_collapse")
+    assert all("log_std_init" not in p["patch"] for p in finding.patches)

@@ -88,10 +88,26 @@ class EntropyCollapse(Detector):
         kl = history.values("approx_kl")
         if kl and median(kl[: max(3, n // 5)]) > 0.05:
             causes.append(f"early updates were large (approx_kl median {median(kl[: max(3, n // 5)]):.3g})")
-        if continuous and evidence.get("std_first", math.inf) < t["std_max"]:
+        # the config started the Gaussian's std under the stay bar: the first fix is to start it at 1,
+        # whether or not the first record was already under the bar (gSDE's first one may not be)
+        first_log_std = ctx.get("log_std_init")
+        started_low = (
+            continuous
+            and isinstance(first_log_std, (int, float))
+            and math.exp(first_log_std) < t["std_max"] * t["stay_factor"]
+        )
+        if started_low or (continuous and evidence.get("std_first", math.inf) < t["std_max"]):
             causes.append("the Gaussian's std started near 0 (log_std_init or log_std_bounds keep it there)")
+        head = ctx.get("policy_head_weight_std")
+        large_head = isinstance(head, (int, float)) and head > t["policy_head_std_max"]
+        if large_head:
+            kind = "means" if continuous else "logits"
+            causes.insert(0, f"the policy head starts large (weight std {head:.2g}): its {kind} saturate at once")
         patches = advice.collect(
-            _start_exploring(ctx) if never_explored and continuous else None,
+            advice.make(ctx, "init_gains", {"policy": 0.01}, "start the policy head at SB3's scale")
+            if large_head
+            else None,
+            _start_exploring(ctx) if (never_explored or started_low) and continuous else None,
             advice.make(
                 ctx, "ent_coef", 0.01 if continuous is False else 0.0, "an entropy bonus keeps the policy exploring"
             )
