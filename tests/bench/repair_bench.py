@@ -26,6 +26,7 @@ runs are kept under ``results/repair_bench/`` so an interrupted benchmark resume
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import multiprocessing as mp
@@ -79,11 +80,35 @@ def failing_cases(split: str = "heldout") -> list[dict[str, Any]]:
                 "reference": refs.get(case["env_name"]),
                 # judged again from the recorded history: the findings (and their patches) of the
                 # current detectors, also for runs recorded before a change to them
-                "verdicts": {r["seed"]: judge(score.sweep_history(r)).to_dict() for r in runs_},
+                "verdicts": {r["seed"]: judge(_with_start_context(case, r)).to_dict() for r in runs_},
                 "returns": {r["seed"]: labels.mean_return(r["measurements"]["rollouts"].get("end")) for r in runs_},
             }
         )
     return chosen
+
+
+def _with_start_context(case: dict[str, Any], run: dict[str, Any]) -> Any:
+    """The run's recorded history, with the facts the callback records at the start that its
+    recording predates (e.g. the policy head's starting scale) filled in from the same config and
+    seed, built again without training: the advice then reads what a run recorded today would."""
+    import score
+    import torch
+    from stable_baselines3.common.vec_env import unwrap_vec_normalize
+
+    from stability.callback import _context
+    from sweeps import algos, envs, knobs
+
+    history = score.sweep_history(run)
+    torch.set_num_threads(1)
+    built = knobs.build(algos.load_class(case["algo"]), case["policy"], case.get("hyperparams", {}))
+    env = knobs.wrap_train_env(envs.make_vec_env(case["env"], case["env"].get("n_envs", 1), seed=run["seed"]), built)
+    try:
+        model = built.algo_class(built.policy, env, seed=run["seed"], device="cpu", verbose=0, **built.algo_kwargs)
+        for key, value in _context(model, unwrap_vec_normalize(env)).items():
+            history.context.setdefault(key, value)
+    finally:
+        env.close()
+    return history
 
 
 def _train(case: dict[str, Any], patch: dict[str, Any], seed: int, folder: Path) -> dict[str, Any]:
@@ -168,7 +193,9 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
     }
     truth_ok = False
     while (attempt := plan.next_attempt()) is not None:
-        seeds = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in SEEDS]
+        # kept per attempt and patch: a rerun after the advice changed trains the new patch
+        digest = hashlib.sha256(json.dumps(attempt.patch, sort_keys=True).encode()).hexdigest()[:10]
+        seeds = [_train(case, attempt.patch, s, root / f"a{attempt.number}-{digest}") for s in SEEDS]
         record["runs"] += len(seeds)
         record["seconds"] += sum(r["seconds"] for r in seeds)
         attempt.verdicts = {s: r["verdict"]["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}
@@ -190,7 +217,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         record["attempts"].append(row)
         if not ok:
             continue
-        fresh = [_train(case, attempt.patch, s, root / f"a{attempt.number}") for s in FRESH]
+        fresh = [_train(case, attempt.patch, s, root / f"a{attempt.number}-{digest}") for s in FRESH]
         record["runs"] += len(fresh)
         record["seconds"] += sum(r["seconds"] for r in fresh)
         confirmed = plan.confirmed(
