@@ -45,11 +45,12 @@ three times the returns' whole scale and explain far less than nothing of them. 
 scaled up before it (a tiny raw reward normalised: a Gaussian of small std on MountainCar pays
 ~1e-4 a step), the square gives it no scale, and the first rule does not apply.
 
-A rule above that rests on explained variance alone (pinned, never fit, below the mean), where
-the loss is under ``relative_floor_episode`` of that square or not in its units, gives a warning
-and never a certain verdict: the critic is then off by under a third of the targets' estimated scale, and explained
-variance near 0 is as often targets that barely vary about a level it fits (a constant critic at
-the returns' level, a policy that barely varies what it does) as a critic that learnt nothing.
+A rule above that rests on explained variance alone (pinned, never fit, below the mean) gives a
+warning and never a certain verdict where the loss is under ``relative_floor_episode`` of that
+square, or not in its units. Under it, the critic is off by under a third of the targets'
+estimated scale, and explained variance near 0 is as often targets that barely vary about a level
+it fits (a constant critic at the returns' level, a policy that barely varies what it does) as a
+critic that learnt nothing; not in its units, nothing says how far off the critic is.
 
 None of these applies when every episode of the window returned exactly 0: nothing then gives the
 targets a scale, and explained variance against targets with no spread measures nothing.
