@@ -61,6 +61,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "std_never_moved_max": 1.0e-4,
         "lr_min_fraction": 0.05,
         "override_fraction": 0.5,
+        "weight_decay": 0.01,
         "collapsed_fraction": 0.1,
         "min_certain_steps": 2048,
         "min_updates_final": 4,

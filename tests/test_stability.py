@@ -236,6 +236,21 @@ def test_a2c_judged_without_kl():
         assert ("dead_policy_gradient" in {f.kind for f in classify(h).findings}) is dead, clipped
 
 
+def test_dead_names_weight_decay_first_and_patches_it_off():
+    n = 40
+    flat = [20.0 + 0.5 * (i % 3) for i in range(n)]
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=flat)
+    h.context["weight_decay"] = 0.3
+    verdict = classify(h, final=True)
+    assert verdict.verdict == "dead_policy_gradient"
+    dead = verdict.findings[0]
+    assert "weight decay 0.3" in dead.causes[0]
+    assert dead.patches[0]["patch"] == {"weight_decay": 0.0}
+    # a small decay (the corpus's healthy 1e-4) is not named
+    h.context["weight_decay"] = 1e-4
+    assert all("weight_decay" not in p["patch"] for p in classify(h, final=True).findings[0].patches)
+
+
 def test_dead_names_overrides_and_constant_rewards():
     n = 40
     verdict = classify(
