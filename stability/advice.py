@@ -38,6 +38,18 @@ def lower_lr(ctx: dict[str, Any], lr: float | None, factor: float, why: str) -> 
     return {"patch": {"learning_rate": float(f"{lr / factor:.3g}")}, "why": why + f" (from {lr:.3g})"}
 
 
+def weight_decay(ctx: dict[str, Any], minimum: float, whose: str) -> tuple[str, dict[str, Any] | None] | None:
+    """The run's weight decay as a cause, with the patch that turns it off, where it is at least
+    ``minimum``; ``whose`` names the weights it pulls (the policy's, the critic's)."""
+    decay = ctx.get("weight_decay")
+    if not isinstance(decay, (int, float)) or decay < minimum:
+        return None
+    return (
+        f"weight decay {decay:g} pulls the {whose}'s weights towards 0 every step",
+        make(ctx, "weight_decay", 0.0, f"stop pulling the {whose}'s weights to 0"),
+    )
+
+
 def clip_grads(ctx: dict[str, Any], why: str) -> dict[str, Any] | None:
     current = ctx.get("max_grad_norm")
     if current is not None and math.isfinite(float(current)) and float(current) <= 0.5:

@@ -236,10 +236,10 @@ def _causes(
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
     ctx = history.context
-    decay = ctx.get("weight_decay")
-    if isinstance(decay, (int, float)) and decay >= t["weight_decay"]:
-        causes.append(f"weight decay {decay:g} pulls the policy's weights towards 0 every step")
-        patches.append(advice.make(ctx, "weight_decay", 0.0, "stop pulling the policy's weights to 0"))
+    decay = advice.weight_decay(ctx, t["weight_decay"], "policy")
+    if decay is not None:
+        causes.append(decay[0])
+        patches.append(decay[1])
     clip_norm = ctx.get("max_grad_norm")
     if isinstance(clip_norm, (int, float)) and 0 < clip_norm < t["grad_clip_tiny"]:
         causes.append(f"gradients are clipped to a norm of {clip_norm:.2g}: the optimizer's eps swallows what is left")

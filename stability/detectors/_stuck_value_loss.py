@@ -334,10 +334,10 @@ def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
 def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     ctx, causes = history.context, []
     patches: list[dict[str, Any] | None] = []
-    decay = float(ctx.get("weight_decay", 0.0) or 0.0)
-    if decay >= t["weight_decay"]:
-        causes.append(f"weight decay {decay:g} pulls the critic's weights towards 0 every step")
-        patches.append(advice.make(ctx, "weight_decay", 0.0, "stop pulling the critic's weights to 0"))
+    decay = advice.weight_decay(ctx, t["weight_decay"], "critic")
+    if decay is not None:
+        causes.append(decay[0])
+        patches.append(decay[1])
     rms = history.values("return_rms")
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)

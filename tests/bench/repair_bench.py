@@ -92,18 +92,14 @@ def _with_start_context(case: dict[str, Any], run: dict[str, Any]) -> Any:
     recording predates (e.g. the policy head's starting scale) filled in from the same config and
     seed, built again without training: the advice then reads what a run recorded today would."""
     import score
-    import torch
+    from run import build_sb3
     from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
     from stability.callback import _context
-    from sweeps import algos, envs, knobs
 
     history = score.sweep_history(run)
-    torch.set_num_threads(1)
-    built = knobs.build(algos.load_class(case["algo"]), case["policy"], case.get("hyperparams", {}))
-    env = knobs.wrap_train_env(envs.make_vec_env(case["env"], case["env"].get("n_envs", 1), seed=run["seed"]), built)
+    model, env, _ = build_sb3(case, run["seed"])
     try:
-        model = built.algo_class(built.policy, env, seed=run["seed"], device="cpu", verbose=0, **built.algo_kwargs)
         for key, value in _context(model, unwrap_vec_normalize(env)).items():
             history.context.setdefault(key, value)
     finally:

@@ -235,18 +235,25 @@ def _safe_rollout(probe: SB3Probe) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
-def run_sb3(case: dict[str, Any], seed: int, out: Path) -> dict[str, Any]:
+def build_sb3(case: dict[str, Any], seed: int) -> tuple[Any, Any, Any]:
+    """The case's model on its training env for ``seed``, untrained: (model, env, built knobs)."""
     import torch
-    from stable_baselines3.common.logger import configure
 
-    from stability.callback import StabilityCallback
     from sweeps import algos, envs, knobs
 
     torch.set_num_threads(1)
-    algo_class = algos.load_class(case["algo"])
-    built = knobs.build(algo_class, case["policy"], case.get("hyperparams", {}))
+    built = knobs.build(algos.load_class(case["algo"]), case["policy"], case.get("hyperparams", {}))
     env = knobs.wrap_train_env(envs.make_vec_env(case["env"], case["env"].get("n_envs", 1), seed=seed), built)
     model = built.algo_class(built.policy, env, seed=seed, device="cpu", verbose=0, **built.algo_kwargs)
+    return model, env, built
+
+
+def run_sb3(case: dict[str, Any], seed: int, out: Path) -> dict[str, Any]:
+    from stable_baselines3.common.logger import configure
+
+    from stability.callback import StabilityCallback
+
+    model, env, built = build_sb3(case, seed)
     model.set_logger(configure(str(out / "tb"), ["tensorboard"]))
     watch = StabilityCallback(max_grad_norm=built.max_grad_norm, **case.get("callback", {}))
     record: dict[str, Any] = {"snapshots": [], "rollouts": {}}
