@@ -144,3 +144,30 @@ def test_gaussian_knobs_go_only_to_envs_with_a_box_action_space():
             envs[key] = type(env.action_space).__name__
             env.close()
         assert envs[key] == "Box", f"{c['id']}: {sorted(knobs)} on a {envs[key]} action space"
+
+
+def test_a_gsde_measurement_redraws_its_noise_as_training_does_and_leaves_training_its_own():
+    """gSDE's noise is a matrix redrawn at each rollout of ``n_steps``: a measurement that kept one
+    draw for its whole 3000 steps would measure a behaviour training never had (one draw's
+    episodes all alike). The matrix training was using is put back afterwards."""
+    import run
+    import torch as th
+
+    case = {
+        "id": "probe",
+        "env": {"id": "Pendulum-v1", "n_envs": 2},
+        "algo": "PPO",
+        "policy": "MlpPolicy",
+        "hyperparams": {"n_steps": 200, "use_sde": True, "log_std_init": 0.0},
+    }
+    model, env, built = run.build_sb3(case, 0)
+    model.policy.reset_noise(2)
+    in_training = model.policy.action_dist.exploration_mat.clone()
+    drawn = []
+    real = model.policy.reset_noise
+    model.policy.reset_noise = lambda n=1: (drawn.append(n), real(n))[1]
+    result = run.SB3Probe(model, case, 0, built).rollout()
+    env.close()
+    assert len(drawn) == 1 + run.ROLLOUT_STEPS // 200  # before the first step, then after every 200th
+    assert len(set(np.round(result["episode_returns"], 3))) == len(result["episode_returns"]) == 15
+    assert th.equal(model.policy.action_dist.exploration_mat, in_training)

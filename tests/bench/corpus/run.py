@@ -183,6 +183,7 @@ class SB3Probe:
         if self.built.reward_scale != 1.0:
             venv = ScaleReward(venv, self.built.reward_scale)
         off_policy = hasattr(policy, "actor") and hasattr(policy.actor, "get_action_dist_params")
+        noise = _SdeNoise(self.model, venv)
 
         def step(obs: Any, state: Any, start: bool) -> tuple[np.ndarray, float, Any]:
             with th.no_grad():
@@ -203,7 +204,54 @@ class SB3Probe:
         try:
             return measure.rollout(step, venv, ROLLOUT_STEPS, self._norm_obs, self._norm_reward, self.model.gamma)
         finally:
+            noise.restore()
             venv.close()
+
+
+class _SdeNoise:
+    """gSDE's exploration noise, drawn as training draws it during a measurement rollout.
+
+    A gSDE policy's action noise is a fixed matrix applied to its features, redrawn only when the
+    algorithm calls ``reset_noise``: on-policy at the start of each ``n_steps`` rollout (and every
+    ``sde_sample_freq`` steps when that is set), off-policy at each ``train_freq`` collection. A
+    rollout that never redraws it measures one frozen draw for all its 3000 steps, a behaviour
+    training never shows (an untrained MountainCarContinuous RecurrentPPO reaches the goal in
+    most training episodes, and in none with one draw). The matrix training was using is put back
+    afterwards, so a measurement in the middle of a rollout does not change the rest of it."""
+
+    def __init__(self, model: Any, venv: Any) -> None:
+        """Counts ``venv``'s steps (the rollout also asks the policy for the values of cut
+        episodes' last observations, which are not steps) and draws before its first."""
+        self.policy = model.policy
+        holder = getattr(self.policy, "actor", self.policy)
+        self.dist = getattr(holder, "action_dist", None)
+        self.saved: dict[str, Any] = {}
+        if not (getattr(model, "use_sde", False) and hasattr(self.dist, "exploration_mat")):
+            return
+        freq = int(getattr(model, "sde_sample_freq", -1))
+        if freq <= 0:
+            train_freq = getattr(model, "train_freq", None)
+            freq = int(getattr(model, "n_steps", 0) or getattr(train_freq, "frequency", 1))
+        every, taken, env_step = max(1, freq), 0, venv.step
+        self.saved = {k: getattr(self.dist, k) for k in _SDE_STATE if hasattr(self.dist, k)}
+
+        def step(actions: Any) -> Any:
+            nonlocal taken
+            out = env_step(actions)
+            taken += 1
+            if taken % every == 0:
+                self.policy.reset_noise(1)
+            return out
+
+        venv.step = step
+        self.policy.reset_noise(1)
+
+    def restore(self) -> None:
+        for key, value in self.saved.items():
+            setattr(self.dist, key, value)
+
+
+_SDE_STATE = ("weights_dist", "exploration_mat", "exploration_matrices")
 
 
 def _label_callback(probe: SB3Probe, budget: int, record: dict[str, Any]) -> Any:
