@@ -93,6 +93,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "critic_records_sparse": 2,
         "weight_decay": 0.01,
         "return_scale": 100.0,
+        "value_head_std_max": 0.5,
     },
     "entropy_collapse": {
         "enabled": True,

@@ -290,6 +290,25 @@ def test_flat_value_loss_with_zero_ev_is_stuck_and_names_weight_decay():
     assert any("judged when the run ends" in c for c in warning.causes)
 
 
+def test_stuck_names_a_value_head_started_large_from_its_threshold():
+    n = 40
+    h = ppo_history(
+        n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n, return_rms=[10.0] * n
+    )
+    h.context["value_head_weight_std"] = 0.8
+
+    def head_patch(thresholds: Thresholds | None = None) -> bool:
+        finding = classify(h, thresholds, final=True).findings[0]
+        assert finding.kind == "stuck_value_loss"
+        named = any("value head starts large (weight std 0.8)" in c for c in finding.causes)
+        patched = {"init_gains": {"value": 1.0}} in [p["patch"] for p in finding.patches]
+        assert named is patched
+        return named
+
+    assert head_patch()
+    assert not head_patch(Thresholds({"stuck_value_loss": {"value_head_std_max": 1.0}}))
+
+
 def test_ev_alone_never_decides():
     n = 40
     # EV <= 0 but the loss falls: healthy

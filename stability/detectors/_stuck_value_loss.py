@@ -354,7 +354,7 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tu
             "or its output is saturated"
         )
     head = ctx.get("value_head_weight_std")
-    if head is not None and head > 0.5:
+    if head is not None and head > t["value_head_std_max"]:
         causes.append(f"the value head starts large (weight std {head:.2g})")
         patches.append(advice.make(ctx, "init_gains", {"value": 1.0}, "start the value head at CleanRL's scale"))
     if not patches and not ctx.get("norm_reward"):
