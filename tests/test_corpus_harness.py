@@ -166,8 +166,10 @@ def test_a_gsde_measurement_redraws_its_noise_as_training_does_and_leaves_traini
     drawn = []
     real = model.policy.reset_noise
     model.policy.reset_noise = lambda n=1: (drawn.append(n), real(n))[1]
-    result = run.SB3Probe(model, case, 0, built).rollout()
+    torch_state = th.get_rng_state()
+    result = run._safe_rollout(run.SB3Probe(model, case, 0, built))
     env.close()
+    assert th.equal(th.get_rng_state(), torch_state)  # measuring a run does not change its training's draws
     assert len(drawn) == 1 + run.ROLLOUT_STEPS // 200  # before the first step, then after every 200th
     assert len(set(np.round(result["episode_returns"], 3))) == len(result["episode_returns"]) == 15
     assert th.equal(model.policy.action_dist.exploration_mat, in_training)

@@ -277,8 +277,14 @@ def _label_callback(probe: SB3Probe, budget: int, record: dict[str, Any]) -> Any
 
 
 def _safe_rollout(probe: SB3Probe) -> dict[str, Any]:
+    """The probe's rollout on its own copy of torch's random state: the actions it samples and the
+    gSDE noise it draws would otherwise shift every draw of the training that goes on after it, so
+    that measuring a run would change the run."""
+    import torch as th
+
     try:
-        return probe.rollout()
+        with th.random.fork_rng(devices=[]):
+            return probe.rollout()
     except Exception as exc:  # a policy that produces NaN cannot be rolled out: that is a measurement too
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
