@@ -79,8 +79,17 @@ class NanObservationsAfter(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
         if self._steps >= self.after:
-            obs = np.full_like(obs, np.nan)
+            obs = _nan_like(obs)
         return obs, reward, terminated, truncated, info
+
+
+def _nan_like(obs: Any) -> Any:
+    """An observation of the same structure with every float entry NaN (a Dict observation's
+    float parts each; integer parts cannot hold a NaN and stay as they are)."""
+    if isinstance(obs, dict):
+        return {key: _nan_like(value) for key, value in obs.items()}
+    obs = np.asarray(obs)
+    return np.full_like(obs, np.nan) if np.issubdtype(obs.dtype, np.floating) else obs
 
 
 class OverrideActions(gym.Wrapper):

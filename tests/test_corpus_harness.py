@@ -173,3 +173,16 @@ def test_a_gsde_measurement_redraws_its_noise_as_training_does_and_leaves_traini
     assert len(drawn) == 1 + run.ROLLOUT_STEPS // 200  # before the first step, then after every 200th
     assert len(set(np.round(result["episode_returns"], 3))) == len(result["episode_returns"]) == 15
     assert th.equal(model.policy.action_dist.exploration_mat, in_training)
+
+
+def test_nan_observations_reach_a_dict_observation():
+    """The broken-sensor wrapper fills every float part of a Dict observation (the temperature
+    env's) with NaN, as it does a Box one."""
+    from sweeps.repro_envs import NanObservationsAfter
+    from sweeps.temp_control import make_temp_control
+
+    env = NanObservationsAfter(make_temp_control(phase="full"), after=2)
+    obs, _ = env.reset(seed=0)
+    first, *_ = env.step(env.action_space.sample())
+    second, *_ = env.step(env.action_space.sample())
+    assert np.isfinite(first["obs"]).all() and np.isnan(second["obs"]).all()
