@@ -319,11 +319,7 @@ class Plan:
             self.finish("failed", _NOT_KNOBS[self.verdict])
             return None
         if len(self.attempts) >= self.max_attempts:
-            self.finish(
-                "failed",
-                f"no repair within {self.max_attempts} attempt(s)"
-                + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else ""),
-            )
+            self.finish("failed", self._exhausted())
             return None
         last = self.attempts[-1] if self.attempts else None
         chosen = self._extend(last) if last is not None else None
@@ -408,6 +404,19 @@ class Plan:
         if base is not None and mean is not None and mean < base - 1e-9 * max(1.0, abs(base)):
             return False, f"healthy but returns {mean:.4g} < the failing config's {base:.4g}"
         return True, "healthy on every seed"
+
+    def _exhausted(self) -> str:
+        """Why no attempt is left: a last attempt healthy on the trial's seeds but not on fresh ones
+        is said as such (the patch worked there; the failing verdict's own limits do not apply)."""
+        text = f"no repair within {self.max_attempts} attempt(s)"
+        last = self.attempts[-1]
+        if last.confirm is not None and not last.confirm["safe"]:
+            failed = sorted({v for v in last.confirm["verdicts"].values() if v != "healthy"}) or ["not evaluated"]
+            return (
+                f"{text}; attempt {last.number} ({describe(last.patch)}) was healthy on seeds {self.seeds} "
+                f"but not on fresh seeds {self.fresh} ({', '.join(failed)})"
+            )
+        return text + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else "")
 
     def confirmed(self, attempt: Attempt, verdicts: dict[int, str], returns: dict[int, float]) -> bool:
         ok = (

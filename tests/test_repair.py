@@ -140,6 +140,20 @@ def test_a_failed_confirmation_uses_no_attempt_but_ends_that_line():
     assert plan.status == "pending" and plan.next_attempt().patch == {"max_grad_norm": 0.5}
 
 
+def test_a_last_attempt_healthy_only_on_the_trials_seeds_is_said_so_not_the_failing_verdicts_limits():
+    plan = _plan([{"init_gains": {"policy": 0.01}}], verdict="degenerate_reward", max_attempts=1)
+    first = plan.next_attempt()
+    _finish(first, ["healthy", "healthy"], [-100.0, -120.0])
+    assert plan.passes(first)[0]
+    assert not plan.confirmed(first, {2: "degenerate_reward", 3: "healthy"}, {2: -500.0, 3: -90.0})
+    assert plan.next_attempt() is None and plan.status == "failed"
+    assert "attempt 1 (init_gains" in plan.message and "not on fresh seeds [2, 3] (degenerate_reward)" in plan.message
+    assert "reward never varies" not in plan.message
+    never_confirmed = _plan([], verdict="degenerate_reward", max_attempts=1)  # its attempt failed on its own seeds
+    never_confirmed.attempts.append(rp.Attempt(1, {}, {}, "w", "x"))
+    assert never_confirmed.next_attempt() is None and "reward never varies" in never_confirmed.message
+
+
 def test_what_knobs_cannot_repair_is_said_not_tried():
     degenerate = _plan([], verdict="degenerate_reward")
     assert degenerate.next_attempt() is None and degenerate.status == "failed"
