@@ -117,13 +117,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Thresholds one detector reads from another's section, where the fact is the other's to define:
 # "near-deterministic" is entropy_collapse's, and the detectors that defer to it read its limits
-# under their own names. One home: overriding entropy_collapse.std_max moves all three.
+# under their own names. One home: overriding entropy_collapse.std_max moves all of them.
 BORROWED: dict[str, dict[str, tuple[str, str]]] = {
     "exploding_updates": {
         "deterministic_std": ("entropy_collapse", "std_max"),
         "deterministic_entropy_drop": ("entropy_collapse", "entropy_drop"),
     },
     "dead_policy_gradient": {"deterministic_std": ("entropy_collapse", "std_max")},
+    "stuck_value_loss": {
+        "deterministic_entropy_fraction": ("entropy_collapse", "entropy_fraction"),
+        "deterministic_std": ("entropy_collapse", "std_max"),
+        "deterministic_entropy_drop": ("entropy_collapse", "entropy_drop"),
+    },
 }
 
 

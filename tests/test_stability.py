@@ -309,6 +309,38 @@ def test_stuck_names_a_value_head_started_large_from_its_threshold():
     assert not head_patch(Thresholds({"stuck_value_loss": {"value_head_std_max": 1.0}}))
 
 
+def test_a_constant_critic_beside_a_deterministic_policy_is_the_collapses_to_name():
+    """From a plain A2C-style log: a critic pinned at explained variance 0 with a loss not falling
+    is stuck, unless the policy is near-deterministic all the while: its episodes are then alike,
+    a constant at their level fits them, and the collapse is the verdict."""
+
+    def plain(collapsed: bool) -> History:
+        h = H(total_steps=40 * 500)
+        for i in range(40):
+            entropy = 0.69 - 0.005 * i + 0.02 * math.sin(i) if i < 2 or not collapsed else 1e-4
+            h.add(
+                500 * (i + 1),
+                {
+                    "entropy": entropy,
+                    "value_loss": 15.0 + (i % 3),
+                    "explained_variance": 0.0,
+                    "pg_loss": -0.01,
+                    "learning_rate": 0.1,
+                    "ep_return": 18.0 if i < 2 else 9.4,
+                    "ep_length": 18.0 if i < 2 else 9.4,
+                },
+            )
+        return h
+
+    stuck = classify(plain(collapsed=False), final=True)
+    assert stuck.verdict == "stuck_value_loss" and stuck.findings[0].certain
+    collapsed = classify(plain(collapsed=True), final=True)
+    assert collapsed.verdict == "entropy_collapse"
+    (warning,) = [f for f in collapsed.findings if f.kind == "stuck_value_loss"]
+    assert not warning.certain and warning.evidence["pinned_beside_deterministic"]
+    assert any("policy is near-deterministic" in c for c in warning.causes)
+
+
 def test_ev_alone_never_decides():
     n = 40
     # EV <= 0 but the loss falls: healthy

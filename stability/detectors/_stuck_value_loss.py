@@ -52,6 +52,12 @@ estimated scale, and explained variance near 0 is as often targets that barely v
 it fits (a constant critic at the returns' level, a policy that barely varies what it does) as a
 critic that learnt nothing; not in its units, nothing says how far off the critic is.
 
+From a plain log, a critic pinned at explained variance ~0 (within ``ev_pinned`` on
+``pinned_share`` of the window) while the policy is near-deterministic at every update of the
+window (entropy_collapse's bars) gives a warning only: one action everywhere makes the episodes
+alike, a constant at their level fits them, and a plain log does not show the level. A learning
+rate that saturated both is entropy_collapse's to name.
+
 None of these applies when every episode of the window returned exactly 0: nothing then gives the
 targets a scale, and explained variance against targets with no spread measures nothing.
 
@@ -82,7 +88,15 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, median, progress, returns_rose, window_size
+from stability.detectors._base import (
+    Detector,
+    determinism_limit,
+    determinism_series,
+    median,
+    progress,
+    returns_rose,
+    window_size,
+)
 from stability.findings import Finding
 from stability.signals import History
 
@@ -125,14 +139,21 @@ class StuckValueLoss(Detector):
             causes.insert(
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
-        unsure = bool(evidence.get("explained_variance_only"))
+        pinned_beside = bool(evidence.get("pinned_beside_deterministic"))
+        unsure = bool(evidence.get("explained_variance_only")) or pinned_beside
         # Certain only once the run has ended, on every path: mid-run, a critic off its targets
         # may still fit them (a learning rate that decays, a critic lagging a policy that
         # improves), and a certain finding stays in the verdict. Before the end it is a warning.
         live = not final
         if live:
             causes.append("judged when the run ends: a critic off its targets mid-run may still fit them")
-        if unsure:
+        if pinned_beside:
+            causes.insert(
+                0,
+                "the critic predicts a constant while the policy is near-deterministic: its episodes "
+                "barely vary, and a constant at their level fits them (a plain log does not show the level)",
+            )
+        elif unsure:
             ratio = evidence["value_loss_over_episode_return_sq"]
             why = (
                 "too large to be in their units (rewards scaled up before the critic): explained variance "
@@ -189,6 +210,12 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
+    # A critic pinned at a constant beside a policy near-deterministic over the whole window: one
+    # action everywhere makes the episodes alike, a constant at their level is a critic that fits
+    # them, and a plain log cannot tell the level. The policy's collapse is entropy_collapse's to
+    # name (a learning rate that saturated both); this finding is then a warning.
+    if pinned >= t["pinned_share"] and _deterministic_throughout(history, t, w):
+        evidence["pinned_beside_deterministic"] = True
     # A loss over relative_units_max of that square, while explained variance is not below the
     # mean's bar, cannot be in the episodes' units: a critic off by more than three times the
     # returns' whole scale explains far less than nothing of them. Its rewards reached it scaled up
@@ -224,6 +251,20 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         evidence["ev_below_mean"] = True  # what decided: the message says so
         _unsure_below_floor(episode, t, evidence)
     return big or worse_than_mean
+
+
+def _deterministic_throughout(history: History, t: dict[str, Any], w: int) -> bool:
+    """The policy near-deterministic (entropy_collapse's bars) at every update of the last window
+    that logged its entropy or std."""
+    found = determinism_limit(
+        history, t["deterministic_entropy_fraction"], t["deterministic_std"], t["deterministic_entropy_drop"]
+    )
+    if found is None:
+        return False
+    indices, values = determinism_series(history, found[0])
+    inside = indices >= len(history) - w
+    with np.errstate(invalid="ignore"):
+        return bool(inside.any()) and bool(np.all(values[inside] < found[1]))
 
 
 def _unsure_below_floor(episode: float, t: dict[str, Any], evidence: dict[str, Any]) -> None:
