@@ -13,6 +13,7 @@ run look like a stuck value loss).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -81,6 +82,20 @@ class NanObservationsAfter(gym.Wrapper):
         if self._steps >= self.after:
             obs = _nan_like(obs)
         return obs, reward, terminated, truncated, info
+
+
+class NanRewardsAfter(gym.Wrapper):
+    """From env step ``after`` on (counted over the wrapper's life), every reward is NaN: a broken
+    reward sensor, or a reward computed from a division by zero."""
+
+    def __init__(self, env: gym.Env, after: int = 5000) -> None:
+        super().__init__(env)
+        self.after, self._steps = int(after), 0
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._steps += 1
+        return obs, (math.nan if self._steps >= self.after else reward), terminated, truncated, info
 
 
 def _nan_like(obs: Any) -> Any:

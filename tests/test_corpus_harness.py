@@ -186,3 +186,13 @@ def test_nan_observations_reach_a_dict_observation():
     first, *_ = env.step(env.action_space.sample())
     second, *_ = env.step(env.action_space.sample())
     assert np.isfinite(first["obs"]).all() and np.isnan(second["obs"]).all()
+
+
+def test_nan_rewards_start_at_their_step():
+    """The broken-reward wrapper pays the env's rewards until its step, NaN from then on."""
+    from sweeps.repro_envs import NanRewardsAfter
+
+    env = NanRewardsAfter(gym.make("CartPole-v1"), after=3)
+    env.reset(seed=0)
+    rewards = [env.step(0)[1] for _ in range(3)]
+    assert rewards[:2] == [1.0, 1.0] and np.isnan(rewards[2])
