@@ -68,9 +68,9 @@ def make_spiky_targets(**kwargs: Any) -> gym.Env:
 # --- Wrappers and small envs for the labelled failure corpus (conf/corpus) ---------------------
 
 
-class NanObservationsAfter(gym.Wrapper):
-    """From env step ``after`` on (counted over the wrapper's life), every observation is NaN:
-    a broken sensor or a division by zero in a custom env."""
+class _BrokenAfter(gym.Wrapper):
+    """From env step ``after`` on (counted over the wrapper's life), :meth:`broken` replaces each
+    step's observation and reward: a sensor that fails part-way through a run."""
 
     def __init__(self, env: gym.Env, after: int = 5000) -> None:
         super().__init__(env)
@@ -80,22 +80,27 @@ class NanObservationsAfter(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
         if self._steps >= self.after:
-            obs = _nan_like(obs)
+            obs, reward = self.broken(obs, reward)
         return obs, reward, terminated, truncated, info
 
+    def broken(self, obs: Any, reward: float) -> tuple[Any, float]:
+        raise NotImplementedError
 
-class NanRewardsAfter(gym.Wrapper):
-    """From env step ``after`` on (counted over the wrapper's life), every reward is NaN: a broken
-    reward sensor, or a reward computed from a division by zero."""
 
-    def __init__(self, env: gym.Env, after: int = 5000) -> None:
-        super().__init__(env)
-        self.after, self._steps = int(after), 0
+class NanObservationsAfter(_BrokenAfter):
+    """From env step ``after`` on, every observation is NaN: a broken sensor or a division by zero
+    in a custom env."""
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._steps += 1
-        return obs, (math.nan if self._steps >= self.after else reward), terminated, truncated, info
+    def broken(self, obs: Any, reward: float) -> tuple[Any, float]:
+        return _nan_like(obs), reward
+
+
+class NanRewardsAfter(_BrokenAfter):
+    """From env step ``after`` on, every reward is NaN: a broken reward sensor, or a reward computed
+    from a division by zero."""
+
+    def broken(self, obs: Any, reward: float) -> tuple[Any, float]:
+        return obs, math.nan
 
 
 def _nan_like(obs: Any) -> Any:
