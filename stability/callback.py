@@ -331,9 +331,11 @@ class StabilityCallback(BaseCallback):
         return self.first_certain.get(self.verdict.verdict) if self.verdict.certain else None
 
     def _note_certain(self) -> None:
-        for finding in self.verdict.findings:
-            if finding.certain:
-                self.first_certain.setdefault(finding.kind, self.model.num_timesteps)
+        certain = {f.kind for f in self.verdict.findings if f.certain}
+        for kind in self.first_certain.keys() - certain:  # withdrawn (see Detector.whole_run_claim)
+            del self.first_certain[kind]
+        for kind in certain:
+            self.first_certain.setdefault(kind, self.model.num_timesteps)
 
     def _urgent(self, signals: dict[str, float]) -> bool:
         t = self.thresholds.of("nan_scale")

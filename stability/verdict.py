@@ -14,6 +14,7 @@ from stability.thresholds import Thresholds
 # non-finite numbers end everything; exploding updates cause most of what follows them; a
 # reward with no signal makes a dead gradient and a stuck critic unavoidable.
 PRIORITY = tuple(d.name for d in DETECTORS)  # the detectors are registered in this order
+_WHOLE_RUN = frozenset(d.name for d in DETECTORS if d.whole_run_claim)
 
 
 def classify(history: History, thresholds: Thresholds | None = None, final: bool = False) -> Verdict:
@@ -55,7 +56,9 @@ def checkpoints(n: int) -> list[int]:
 class Judge:
     """The verdict of a run as it grows: a finding that was certain at any check stays in the
     verdict (a learning rate that decays later, or a signal that drifts back over a limit, does not
-    excuse it); the verdict is the highest-priority certain finding, causes before consequences."""
+    excuse it), unless its detector's certain finding is a claim about the whole run so far that
+    a later check no longer makes (``Detector.whole_run_claim``); the verdict is the
+    highest-priority certain finding, causes before consequences."""
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
@@ -63,6 +66,9 @@ class Judge:
 
     def check(self, history: History, final: bool = False) -> Verdict:
         now = classify(history, self.thresholds, final)
+        for kind in [k for k in self.kept if k in _WHOLE_RUN]:
+            if not any(f.kind == kind and f.certain for f in now.findings):
+                del self.kept[kind]  # what it said of the run so far no longer holds
         for finding in now.findings:
             if not finding.certain:
                 continue

@@ -516,6 +516,22 @@ def test_rewards_that_never_varied_are_degenerate_on_both_paths_even_when_the_po
     assert {f.kind for f in verdict.findings if f.certain} == {"degenerate_reward", "dead_policy_gradient"}
 
 
+@pytest.mark.parametrize("callback", [True, False], ids=["sweep", "plain_log"])
+def test_a_reward_that_varies_later_withdraws_a_certain_degenerate_reward(callback):
+    """Acrobot's untrained policy returns -500 for its first rollouts (-1 every step), which is
+    certain degenerate_reward then; from update 25 on, some episodes reach the goal. The env did pay
+    a signal: the verdict is then the frozen policy it left (dead), not the reward. A dead gradient
+    stays in the verdict once certain; a "constant since the first rollout" does not."""
+    n = 40
+    returns = [-500.0] * 25 + [-490.0 + (i % 3) for i in range(15)]
+    extra = {"reward_std": [0.0] * 25 + [0.04] * 15, "reward_mean": [-1.0] * 25 + [-0.998] * 15} if callback else {}
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.0986] * n, ep_return=returns, **extra)
+    live = Judge()
+    assert live.check(h.prefix(24)).verdict == "degenerate_reward"
+    assert judge(h).verdict == "dead_policy_gradient"
+    assert "degenerate_reward" not in {f.kind for f in judge(h).findings if f.certain}
+
+
 def test_a_short_run_whose_policy_never_moved_is_dead_once_it_has_ended():
     n = 8  # a 16k-step budget of 2048-step rollouts
     h = ppo_history(n, kl=0.0, clip=0.0, entropy=[1.4189] * n, ep_return=[-1200.0 + 7 * (i % 3) for i in range(n)])

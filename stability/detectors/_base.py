@@ -17,6 +17,11 @@ class Detector(ABC):
     """A small pure rule: a signal history in, a :class:`Finding` or None out."""
 
     name: str = ""
+    # A certain finding is kept for the rest of the run (a learning rate that decays later does not
+    # excuse the updates it blew up). A detector whose certain finding states a fact about the whole
+    # run so far ("no rollout has paid a reward signal yet") sets this: later updates can disprove
+    # such a fact, and the finding is then dropped, not kept.
+    whole_run_claim: bool = False
 
     @abstractmethod
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:

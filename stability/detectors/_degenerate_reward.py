@@ -4,7 +4,8 @@ A warning when, for the last ``min_updates`` rollouts, every raw per-step reward
 value *and* every episode returned the same total: then no advantage can favour any action
 (the critic's bootstrapped targets may still vary; that is its own noise, not a signal); certain
 when that has held since the first rollout, so the env never paid a signal (a cause, which outranks
-the dead gradient it makes). A
+the dead gradient it makes), for as long as it holds: a rollout that pays a signal later
+withdraws it (the env pays one; the untrained policy had not reached it). A
 constant per-step reward alone is not enough: CartPole pays +1 every step, and its signal is
 when episodes end, which shows in the episodes' returns.
 """
@@ -20,6 +21,10 @@ from stability.signals import History
 
 class DegenerateReward(Detector):
     name = "degenerate_reward"
+    # "constant since the first rollout": one rollout that pays different rewards, or one episode
+    # that returns a different total, later in the run shows the env does pay a signal (a sparse
+    # goal the untrained policy had not reached yet, as on Acrobot)
+    whole_run_claim = True
 
     def detect(self, history: History, t: dict[str, Any], final: bool) -> Finding | None:
         if not history.has("ep_return"):
