@@ -190,6 +190,30 @@ class StabilityCallback(BaseCallback):
                 self._overrides += 1
         return not self._stop
 
+    def _note_env_nonfinite(self, what: str, step: int, actions: Any) -> None:
+        """Record the first step at which the env handed back a non-finite observation or reward,
+        with the largest action the policy had been sending: an env that breaks after ordinary
+        finite actions is broken itself (a sensor that reads NaN), which no training knob repairs.
+        Checked where it costs nothing per step: the group's rewards when they are summed, the last
+        observation when training crashed on it."""
+        if "env_nonfinite" in self.history.context:
+            return
+        sent = np.abs(np.asarray(actions, dtype=np.float64)) if actions is not None else np.zeros(0)
+        self.history.context["env_nonfinite"] = {
+            "what": what,
+            "step": int(step),
+            # None: no action seen, or a non-finite one (the context is written out as JSON)
+            "action_abs_max": float(np.max(sent)) if sent.size and np.all(np.isfinite(sent)) else None,
+        }
+
+    def _sent_actions(self) -> Any:
+        """The actions of the last rollout (on-policy: the buffer's, before clipping, which show a
+        Gaussian's spread), else those of the last step."""
+        buffer = getattr(self.model, "rollout_buffer", None)
+        if self._on_policy and buffer is not None and getattr(buffer, "pos", 0) > 0:
+            return buffer.actions[: buffer.pos]
+        return self.locals.get("clipped_actions", self.locals.get("actions"))
+
     def _on_rollout_end(self) -> None:
         self._update_step = self.model.num_timesteps
         buffer = getattr(self.model, "rollout_buffer", None)
@@ -210,6 +234,11 @@ class StabilityCallback(BaseCallback):
         stats: dict[str, float] = {}
         if self._raw:
             raw = np.concatenate(self._raw)
+            finite = np.isfinite(raw)
+            if not finite.all():  # the first non-finite reward: its step, counting back from now
+                first = int(np.argmax(~np.all(np.isfinite(np.stack(self._raw)), axis=1)))
+                step = self.model.num_timesteps - (len(self._raw) - 1 - first) * self.model.n_envs
+                self._note_env_nonfinite("reward", step, self._sent_actions())
             stats["reward_mean"], stats["reward_std"], _ = _moments(raw)
             stats["reward_distinct"] = float(_distinct(raw))
             stats["reward_norm_std"] = (
@@ -249,6 +278,12 @@ class StabilityCallback(BaseCallback):
                 if isinstance(error, str)
                 else "".join(traceback.format_exception(type(error), error, error.__traceback__))
             )
+            last = getattr(self.model, "_last_obs", None)
+            parts = last.values() if isinstance(last, dict) else () if last is None else (last,)
+            if any(not np.isfinite(np.asarray(p, dtype=np.float64)).all() for p in parts):
+                # training crashed on an observation the env handed back non-finite
+                actions = self.locals.get("clipped_actions", self.locals.get("actions"))
+                self._note_env_nonfinite("observation", self.model.num_timesteps, actions)
         if self._finished:  # the crash came after training ended (e.g. in evaluation): judge again
             self.verdict = self._judge.check(self.history, final=True)
             self._note_certain()
@@ -648,7 +683,16 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
     if optimizer is not None:
         ctx["optimizer"] = type(optimizer).__name__
         ctx["weight_decay"] = float(optimizer.param_groups[0].get("weight_decay", 0.0))
-    for name in ("normalize_advantage", "use_sde", "max_grad_norm", "n_steps", "gamma", "ent_coef", "vf_coef"):
+    for name in (
+        "normalize_advantage",
+        "use_sde",
+        "max_grad_norm",
+        "n_steps",
+        "gamma",
+        "ent_coef",
+        "vf_coef",
+        "target_kl",
+    ):
         value = getattr(model, name, None)
         if isinstance(value, (bool, int, float)):
             ctx[name] = value

@@ -20,6 +20,7 @@ PARAMS = "rlsweep.params"  # the sampled values, decoded, by dotted name
 ERROR = "rlsweep.error"  # "Type: message" of the crash
 FINGERPRINT = "rlsweep.fingerprint"  # study attribute: the spec a sweep was run from
 PATCHES = "rlsweep.patches"  # a failed trial's candidate knob patches, in repair's order
+ENV_BROKE = "rlsweep.env_broke"  # a failed trial whose findings say its env handed back non-finite values
 REPAIR_OF = "rlsweep.repair_of"  # a repair attempt: the failing trial it repairs
 REPAIR_ATTEMPT = "rlsweep.repair_attempt"
 REPAIR_PATCH = "rlsweep.repair_patch"

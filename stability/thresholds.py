@@ -22,6 +22,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "log_std_high": 23.0,
         "log_std_low": -46.0,
         "loc_high": 1.0e6,
+        "env_action_abs_max": 1.0e3,
     },
     "exploding_updates": {
         "enabled": True,

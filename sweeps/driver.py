@@ -448,9 +448,11 @@ class Driver:
             p.verdicts[verdict["verdict"]] = p.verdicts.get(verdict["verdict"], 0) + 1
         tags = _verdict_tags(verdict) if active.verdicts else {}
         failing = bool(active.errors or active.unstable) or verdict["verdict"] != "healthy"
-        patches = rp.candidates(active.verdicts)
+        patches, env_broke = rp.candidates(active.verdicts), rp.env_broke(active.verdicts)
         if failing:  # what ``rlsweep repair`` will try (set now: a finished trial's attributes are final)
             trial.set_user_attr(keys.PATCHES, patches)
+            if env_broke:
+                trial.set_user_attr(keys.ENV_BROKE, True)
         texts = {
             "stability/verdict.json": json.dumps(
                 verdict | {"seeds": {str(s): v for s, v in active.verdicts.items()}}, indent=2
@@ -528,6 +530,7 @@ class Driver:
                 dict(trial.params),
                 dict(trial.distributions),
                 active.parent_run,
+                env_broke=env_broke,
             )
             self.plans.append(plan)
             self._next_repair(plan)
@@ -544,6 +547,7 @@ class Driver:
         optuna_params: dict[str, Any],
         distributions: dict[str, Any],
         parent_run: str = "",
+        env_broke: bool = False,
     ) -> rp.Plan:
         """A repair plan for a failing trial (see :mod:`sweeps.repair`)."""
         settings = self.repair or rp.RepairSettings()
@@ -568,6 +572,7 @@ class Driver:
         raw = self.spec.model_dump(mode="json", exclude_unset=True)
         plan.check = lambda patch: rp.patch_problem(raw, config.hyperparams, patch)
         plan.context = {"optuna_params": optuna_params, "distributions": distributions, "parent_run": parent_run}
+        plan.env_broke = env_broke
         return plan
 
     def _next_repair(self, plan: rp.Plan, confirm: rp.Attempt | None = None) -> None:
@@ -678,6 +683,7 @@ class Driver:
         attempt.verdicts, attempt.returns, attempt.crashed = names, dict(active.returns), sorted(active.errors)
         attempt.verdict, attempt.run_id = label, active.parent_run
         attempt.offered = rp.candidates(active.verdicts)
+        attempt.env_broke = rp.env_broke(active.verdicts)
         attempt.state = {
             "outcome": outcome,
             "returns": dict(active.returns),

@@ -121,7 +121,11 @@ def describe(patch: Mapping[str, Any]) -> str:
 
 def candidates(verdicts: Mapping[Any, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The failing trial's patches, in order: certain findings before warnings, causes before
-    consequences (the verdict priority), then each finding's own order; duplicates once."""
+    consequences (the verdict priority), then each finding's own order; duplicates once. None when
+    every seed judged ``nan_scale`` broke because its env handed back a non-finite value (a NaN
+    sensor): no knob repairs that, and the other findings only describe what it broke."""
+    if env_broke(verdicts):
+        return []
     findings = [f for v in verdicts.values() for f in v.get("findings", [])]
     findings.sort(key=lambda f: (not f.get("certain", True), rank(str(f.get("kind")))))
     out: list[dict[str, Any]] = []
@@ -131,6 +135,18 @@ def candidates(verdicts: Mapping[Any, Mapping[str, Any]]) -> list[dict[str, Any]
             if all(c["patch"] != item["patch"] for c in out):
                 out.append(item)
     return out
+
+
+def env_broke(verdicts: Mapping[Any, Mapping[str, Any]]) -> bool:
+    """Every ``nan_scale`` seed's finding says the env's own output was non-finite (and one is)."""
+    found = [
+        any(k.startswith("env_nonfinite_") for k in f.get("evidence", {}))
+        for v in verdicts.values()
+        if v.get("verdict") == "nan_scale"
+        for f in v.get("findings", [])
+        if f.get("kind") == "nan_scale" and f.get("certain", True)
+    ]
+    return bool(found) and all(found)
 
 
 def menu(
@@ -155,6 +171,7 @@ def menu(
             ("value_gain", {"init_gains": {"value": 1.0}}),
             ("policy_gain", {"init_gains": {"policy": 0.01}}),
             ("normalize_advantage", {"normalize_advantage": True}),
+            ("target_kl", {"target_kl": None}),  # offered only where the config sets one
         ]
     if continuous:
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
@@ -236,6 +253,7 @@ class Attempt:
     returns: dict[int, float] = field(default_factory=dict)
     crashed: list[int] = field(default_factory=list)
     offered: list[dict[str, Any]] = field(default_factory=list)  # the patches this attempt's findings carry
+    env_broke: bool = False  # its findings say the env handed back non-finite values (see env_broke)
     trial: int | None = None  # its Optuna trial, once told
     run_id: str = ""
     verdict: str = ""
@@ -287,6 +305,7 @@ class Plan:
     context: dict[str, Any] = field(default_factory=dict)  # the driver's: Optuna params, MLflow run
     accepted: Attempt | None = None
     skipped: list[str] = field(default_factory=list)  # patches refused by ``check``, and why
+    env_broke: bool = False  # the failing trial's findings say its env handed back non-finite values
     _tried: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -322,6 +341,13 @@ class Plan:
             self.finish("failed", self._exhausted())
             return None
         last = self.attempts[-1] if self.attempts else None
+        if last is not None and last.env_broke:
+            self.finish(
+                "failed",
+                f"not repaired: attempt {last.number} ({describe(last.patch)}) showed the env itself hands back "
+                "non-finite values after ordinary actions; no knob repairs that: fix the env",
+            )
+            return None
         chosen = self._extend(last) if last is not None else None
         if chosen is None:
             chosen = self._fresh_candidate()
@@ -341,7 +367,9 @@ class Plan:
             ) + _DEGENERATE
         if self.attempts or self.strategy != "findings" or self.candidates:
             return "no patch left to try: every candidate was tried"
-        return f"not repairable with knobs: the {self.verdict} findings carry no knob patch"
+        return f"not repairable with knobs: the {self.verdict} findings carry no knob patch" + (
+            " (the env handed back non-finite values after ordinary actions: fix the env)" if self.env_broke else ""
+        )
 
     def _extend(self, last: Attempt) -> tuple[dict, dict, str, str] | None:
         """After a failing attempt: keep its patch and add one more, from its findings (or at random)."""

@@ -36,6 +36,7 @@ class TrialRecord:
     patch: dict[str, Any] = field(default_factory=dict)  # the repair's knob patch
     confirm: dict[str, Any] | None = None  # a repair's run on fresh seeds
     patches: list[dict[str, Any]] = field(default_factory=list)  # its findings' knob patches
+    env_broke: bool = False  # its findings say its env handed back non-finite values (no knob repairs it)
 
     @property
     def failed_seeds(self) -> int:
@@ -150,4 +151,5 @@ def record(t: Any) -> TrialRecord:
         patch=dict(attrs.get(keys.REPAIR_PATCH) or {}),
         confirm=attrs.get(keys.CONFIRM),
         patches=list(attrs.get(keys.PATCHES, [])),
+        env_broke=bool(attrs.get(keys.ENV_BROKE, False)),
     )

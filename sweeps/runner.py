@@ -230,6 +230,7 @@ def repair_sweep(
                         t.patches,
                         dict(f.params),
                         dict(f.distributions),
+                        env_broke=t.env_broke,
                     )
                 )
             console.print(

@@ -87,6 +87,31 @@ def test_crash_in_rollout_ends_as_nan_scale_with_the_torch_error():
     assert verdict.onset_step <= model.num_timesteps
 
 
+@pytest.mark.parametrize("wrapper", ["NanObservationsAfter", "NanRewardsAfter"])
+def test_an_env_that_hands_back_nan_is_named_and_given_no_knob(wrapper):
+    """A sensor that reads NaN from step 300 on, under a healthy PPO: the verdict names the env's
+    observation (or reward) and its step, and proposes no knob (the A2C above, whose huge actions
+    break the env's reward, keeps its patches)."""
+    from sweeps import repro_envs
+
+    env = make_vec_env(
+        "Pendulum-v1", n_envs=1, seed=0, wrapper_class=getattr(repro_envs, wrapper), wrapper_kwargs={"after": 300}
+    )
+    model = PPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=2, seed=0, device="cpu")
+    cb = StabilityCallback()
+    error = None
+    try:
+        model.learn(1024, callback=cb)
+    except ValueError as crash:
+        error = crash
+    verdict = cb.finish(error)
+    what = "observation" if wrapper == "NanObservationsAfter" else "reward"
+    assert cb.history.context["env_nonfinite"]["what"] == what and cb.history.context["env_nonfinite"]["step"] == 300
+    assert verdict.verdict == "nan_scale"
+    finding = next(f for f in verdict.findings if f.kind == "nan_scale")
+    assert f"non-finite {what} at step 300" in finding.summary and finding.patches == []
+
+
 def test_stop_on_ends_a_dead_run_early():
     env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
     model = PPO(

@@ -200,6 +200,27 @@ def test_nan_scale_bounds_patch_brings_a_start_outside_them_inside():
     assert judge(h).findings[0].patches[0]["patch"] == {"log_std_bounds": [-5, 2]}
 
 
+def test_nan_scale_names_an_env_that_broke_on_its_own_and_offers_no_knob():
+    """The callback saw the env hand back a NaN observation after ordinary actions: the verdict is
+    still nan_scale (what broke), its finding names the env and proposes no knob. Actions far past
+    any ordinary size, or a Gaussian started outside the warning range, mean the policy broke first
+    (a huge action can overflow any env's reward): the usual patches then."""
+    h = ppo_history(20, learning_rate=[7e-4] * 20)
+    h.error = "ValueError: Expected parameter loc (Tensor of shape (1, 1)) of distribution Normal found invalid values"
+    h.context.update(continuous=True, log_std_init=0.0)
+    h.context["env_nonfinite"] = {"what": "observation", "step": 5000, "action_abs_max": 2.0}
+    finding = judge(h).findings[0]
+    assert finding.kind == "nan_scale" and finding.certain and finding.patches == []
+    assert "non-finite observation at step 5000" in finding.summary and finding.onset_step <= 5000
+    assert finding.evidence["env_nonfinite_observation_step"] == 5000
+    h.context["env_nonfinite"] = {"what": "reward", "step": 5000, "action_abs_max": 3.0e9}
+    assert judge(h).findings[0].patches
+    h.context["env_nonfinite"] = {"what": "reward", "step": 5000, "action_abs_max": None}  # a NaN action
+    assert judge(h).findings[0].patches
+    h.context.update(env_nonfinite={"what": "reward", "step": 5000, "action_abs_max": 2.0}, log_std_init=24.0)
+    assert judge(h).findings[0].patches
+
+
 def test_nan_scale_never_advises_the_bounds_a_run_already_has():
     h = ppo_history(20, log_std_max=[1.0] * 20, learning_rate=[0.1] * 20)
     h.context.update(continuous=True, log_std_init=0.0, log_std_bounds=[-5.0, 2.0])
@@ -530,6 +551,22 @@ def test_a_reward_that_varies_later_withdraws_a_certain_degenerate_reward(callba
     assert live.check(h.prefix(24)).verdict == "degenerate_reward"
     assert judge(h).verdict == "dead_policy_gradient"
     assert "degenerate_reward" not in {f.kind for f in judge(h).findings if f.certain}
+
+
+def test_a_dead_gradient_under_a_tiny_target_kl_names_it_and_lifts_the_early_stop():
+    """PPO at target_kl 1e-7 stops every update after its first minibatch: the finding names it
+    and its first patch removes the early stop (SB3's default); a usual target_kl is no cause."""
+    n = 40
+    h = ppo_history(n, kl=1e-7, clip=0.0, entropy=[1.386] * n, ep_return=[20.0 + 0.5 * (i % 3) for i in range(n)])
+    h.context["target_kl"] = 1e-7
+    finding = next(f for f in judge(h).findings if f.kind == "dead_policy_gradient")
+    assert any("target_kl 1e-07 stops every update" in c for c in finding.causes)
+    assert finding.patches[0]["patch"] == {"target_kl": None}
+    h.context["target_kl"] = 0.02
+    finding = next(f for f in judge(h).findings if f.kind == "dead_policy_gradient")
+    assert not any("target_kl" in c for c in finding.causes) and {"target_kl": None} not in [
+        p["patch"] for p in finding.patches
+    ]
 
 
 def test_a_short_run_whose_policy_never_moved_is_dead_once_it_has_ended():

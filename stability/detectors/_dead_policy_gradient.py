@@ -244,6 +244,15 @@ def _causes(
     if isinstance(clip_norm, (int, float)) and 0 < clip_norm < t["grad_clip_tiny"]:
         causes.append(f"gradients are clipped to a norm of {clip_norm:.2g}: the optimizer's eps swallows what is left")
         patches.append(advice.make(ctx, "max_grad_norm", 0.5, "clip gradients at SB3's default norm"))
+    target = ctx.get("target_kl")
+    if isinstance(target, (int, float)) and 0 < target < t["kl_max"]:
+        # PPO ends an update's epochs once a minibatch's KL passes 1.5 x target_kl: under the bar of a
+        # policy that moves at all, every update stops after its first minibatch
+        causes.append(
+            f"target_kl {target:.2g} stops every update as soon as its KL passes {1.5 * target:.2g}: "
+            "after its first minibatch"
+        )
+        patches.append(advice.make(ctx, "target_kl", None, "no early stop on KL (SB3's default)"))
     if "clip_range_median" in evidence:
         causes.append(f"PPO's clip range is {evidence['clip_range_median']:.2g}: each update may move the policy ~0")
         patches.append(advice.make(ctx, "clip_range", 0.2, "let each update move the policy (SB3's default)"))

@@ -5,6 +5,11 @@ on non-finite parameters or losses, and when log_std (or a plain log's mean std,
 included) leaves [-46, 23] (a std outside about [1e-20, 1e10]: every action clipped, or
 every ratio overflowing; exp() itself overflows above ~88.7 and reaches 0 below ~-103).
 A warning before that, when log_std leaves the range any sensible policy uses.
+
+Where the callback saw the env hand back a non-finite observation or reward after finite actions
+of ordinary size (at most ``env_action_abs_max``), with the Gaussian's log std never outside the
+warning range before it, the env broke on its own (a sensor that reads NaN): the finding says so
+and carries no knob patch, since none repairs it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,24 @@ class NanScale(Detector):
         def finding(onset: int, summary: str, evidence: dict[str, Any], certain: bool = True) -> Finding:
             # causes and patches read whole series: worked out only for a run with a finding, not at
             # every live check of a healthy one
+            env = _env_broke(history, t)
+            if env is not None:  # the env's output broke first: no knob repairs it
+                what, step = env["what"], env["step"]
+                return Finding(
+                    self.name,
+                    min(onset, step),
+                    f"the env returned a non-finite {what} at step {step}, after ordinary finite actions",
+                    evidence | {f"env_nonfinite_{what}_step": step, "action_abs_max": env["action_abs_max"]},
+                    [
+                        f"fix the env's {what}s (or the wrapper that computes them): no training knob repairs "
+                        "a non-finite value the env hands back"
+                    ],
+                    [
+                        f"the env returned a non-finite {what} at step {step} after actions of at most "
+                        f"{env['action_abs_max']:.3g}: it broke on its own, and the training consumed it"
+                    ],
+                    certain=certain,
+                )
             patches = _patches(history)
             return Finding(
                 self.name,
@@ -94,6 +117,30 @@ class NanScale(Detector):
                 certain=False,
             )
         return None
+
+
+def _env_broke(history: History, t: dict[str, Any]) -> dict[str, Any] | None:
+    """The callback's record of the env's first non-finite output, when the env broke on its own:
+    the actions it had just been given were finite and of ordinary size, and the Gaussian's log
+    std (where it started, and every record before that step) stayed inside the warning range. A
+    policy already blowing up sends actions that can break any env (a reward that overflows
+    float32 from a huge action), and that is the policy's failure. None otherwise."""
+    env = history.context.get("env_nonfinite")
+    if not isinstance(env, dict):
+        return None
+    sent = env.get("action_abs_max")
+    if not isinstance(sent, (int, float)) or not sent <= t["env_action_abs_max"]:
+        return None
+    start = history.context.get("log_std_init")
+    low, high = t["log_std_warn_low"], t["log_std_warn_high"]
+    if isinstance(start, (int, float)) and not low <= start <= high:
+        return None
+    for name in ("log_std_max", "log_std_min"):
+        indices, values = history.arrays(name)
+        before = values[np.array([history.step_of(int(i)) <= env["step"] for i in indices], dtype=bool)]
+        if len(before) and not np.all((before >= low) & (before <= high)):
+            return None
+    return env
 
 
 def _warning_onset(history: History, t: dict[str, Any], fallback: int | None) -> int | None:

@@ -166,6 +166,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         rp.menu(case.get("hyperparams", {}), defaults, continuous, on_policy),
     )
     plan.rng_seed = sum(map(ord, case["id"]))  # stable across processes (str hash is salted)
+    plan.env_broke = rp.env_broke(item["verdicts"])
     raw = {
         "name": "bench",
         "env": case["env"],
@@ -199,7 +200,8 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
             s for s, r in zip(SEEDS, seeds, strict=False) if r["error"] and r["verdict"]["verdict"] == "healthy"
         ]
         attempt.returns = {s: r["return"] for s, r in zip(SEEDS, seeds, strict=False) if math.isfinite(r["return"])}
-        attempt.offered = rp.candidates({s: r["verdict"] for s, r in zip(SEEDS, seeds, strict=False)})
+        judged = {s: r["verdict"] for s, r in zip(SEEDS, seeds, strict=False)}
+        attempt.offered, attempt.env_broke = rp.candidates(judged), rp.env_broke(judged)
         ok, attempt.result = plan.passes(attempt)
         row = {
             "attempt": attempt.number,
