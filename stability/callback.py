@@ -212,6 +212,10 @@ class StabilityCallback(BaseCallback):
         buffer = getattr(self.model, "rollout_buffer", None)
         if self._on_policy and buffer is not None and getattr(buffer, "pos", 0) > 0:
             return buffer.actions[: buffer.pos]
+        return self._step_actions()
+
+    def _step_actions(self) -> Any:
+        """The actions the env was given at the last step (on-policy: after clipping to its bounds)."""
         return self.locals.get("clipped_actions", self.locals.get("actions"))
 
     def _on_rollout_end(self) -> None:
@@ -236,7 +240,7 @@ class StabilityCallback(BaseCallback):
             raw = np.concatenate(self._raw)
             finite = np.isfinite(raw)
             if not finite.all():  # the first non-finite reward: its step, counting back from now
-                first = int(np.argmax(~np.all(np.isfinite(np.stack(self._raw)), axis=1)))
+                first = int(np.argmin(finite.reshape(len(self._raw), -1).all(axis=1)))  # one row per step
                 step = self.model.num_timesteps - (len(self._raw) - 1 - first) * self.model.n_envs
                 self._note_env_nonfinite("reward", step, self._sent_actions())
             stats["reward_mean"], stats["reward_std"], _ = _moments(raw)
@@ -282,8 +286,7 @@ class StabilityCallback(BaseCallback):
             parts = last.values() if isinstance(last, dict) else () if last is None else (last,)
             if any(not np.isfinite(np.asarray(p, dtype=np.float64)).all() for p in parts):
                 # training crashed on an observation the env handed back non-finite
-                actions = self.locals.get("clipped_actions", self.locals.get("actions"))
-                self._note_env_nonfinite("observation", self.model.num_timesteps, actions)
+                self._note_env_nonfinite("observation", self.model.num_timesteps, self._step_actions())
         if self._finished:  # the crash came after training ended (e.g. in evaluation): judge again
             self.verdict = self._judge.check(self.history, final=True)
             self._note_certain()
