@@ -60,6 +60,11 @@ def filesystem_type(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) 
     return found
 
 
+def on_local_filesystem(db: Path) -> bool:
+    """Whether the SQLite file ``db`` is on a filesystem where its write-ahead log is safe."""
+    return filesystem_type(db.parent) in _LOCAL_FILESYSTEMS
+
+
 def _fast_commits(engine: Any) -> None:
     """SQLite's write-ahead log with ``synchronous=NORMAL`` for the study on a local filesystem:
     a commit is an append, not an fsync of the journal and the database (``--optuna
@@ -376,7 +381,7 @@ def sole_writer_storage(url: str) -> Any:
     db = sqlite_file(url)
     if db is None:
         return SoleWriterStorage(backend)
-    local = filesystem_type(db.parent) in _LOCAL_FILESYSTEMS
+    local = on_local_filesystem(db)
     if local:
         _fast_commits(backend.engine)
     rows = _Rows.open(db, local)

@@ -28,6 +28,7 @@ from typing import Any
 from stability import keys
 from sweeps.errors import UsageError
 from sweeps.spec import alembic_revision, sqlite_file
+from sweeps.study_storage import on_local_filesystem
 
 _BATCH = 500  # per log_batch call: measured cheapest per point with MLflow 3.17 + SQLite (0.12 ms)
 _FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has waited this long...
@@ -48,6 +49,11 @@ _FLUSH_BUDGET = 0.25
 # not here: see tests/bench/driver_scale.py --bounds on,off.) A short outage of the tracking server, or a
 # sweep of tens of seeds, never comes near it; the detectors in the workers see every update.
 _MAX_HELD = 50_000
+
+# A run's held metric points: its logger's dumps, (timestamp ms, step, {key: value}) each, oldest
+# first. Held as the dumps came (one append per dump, not one per point); points are made only as
+# they are written.
+Dumps = list[tuple[int, int, dict[str, float]]]
 
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told it holds training runs.
@@ -141,10 +147,14 @@ class MlflowTracker:
             self.experiment_id = found.experiment_id
             if found.lifecycle_stage == "deleted":  # deleted in the UI, then the sweep rerun: bring it back
                 self.client.restore_experiment(found.experiment_id)
-        self._buffers: dict[str, list] = {}
+        self._buffers: dict[str, Dumps] = {}  # run -> its held dumps
         self._tried: set[str] = set()  # run keys whose creation was asked for
         self._since: dict[str, float] = {}  # run -> when its oldest buffered point came (oldest first)
         self._held = 0  # points in all buffers
+        # Thinned again only past this too. Each curve keeps its last point, so with thousands of runs
+        # a thinning can leave over half the bound; it is then tried again only once another half of
+        # it has come, not at each dump (each thinning reads every held dump).
+        self._thin_at = 0
         self.thinned: dict[str, int] = {}  # run -> its curves keep one point in this many (since thinned)
         self._tagged: dict[str, int] = {}  # run -> the thinning its tag says
         self._rows = _StoreRows.open(uri)  # after the experiment: its store and schema exist
@@ -278,7 +288,7 @@ class MlflowTracker:
         values = _tag_values(tags)
         held = self._buffers.get(run_id, [])
         if self._rows is not None and self._rows.end_run(run_id, held, values, status, int(time.time() * 1000)):
-            self._held -= len(held)
+            self._held -= _count(held)
             self._done([run_id])  # (an empty buffer is done too)
             return
         self._flush_run(run_id, tags=values)  # what the plain-SQL writer leaves: MLflow's own calls
@@ -323,28 +333,28 @@ class MlflowTracker:
 
     # --- metrics --------------------------------------------------------------------------
     def log_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
-        now = int(time.time() * 1000)
+        # sent by flush_if_due (the driver's loop) or end_run: never a network call here
         self._since.setdefault(run_id, time.monotonic())
-        self._buffers.setdefault(run_id, []).extend(
-            (key, float(value), now, int(step)) for key, value in values.items()
-        )  # sent by flush_if_due (the driver's loop) or end_run: never a network call here
+        self._buffers.setdefault(run_id, []).append((int(time.time() * 1000), int(step), dict(values)))
         self._held += len(values)
-        if self._held > _MAX_HELD:
+        if self._held > max(_MAX_HELD, self._thin_at):
             self._thin()
 
     def _thin(self) -> None:
-        """Halve every held curve: of each run's points per key, keep every other one, the last
-        always (a curve still ends where the run is)."""
+        """Halve every held curve: of each run's dumps of the same keys (a logger dumps the same
+        keys at each update), keep every other one, the last always (a curve still ends where the
+        run is). A step per dump, not per point."""
         self._held = 0
-        for run_id, buffer in self._buffers.items():
-            by_key: dict[str, list[int]] = {}
-            for i, point in enumerate(buffer):
-                by_key.setdefault(point[0], []).append(i)
-            keep = sorted(i for idx in by_key.values() for i in idx[len(idx) - 1 :: -2])
-            if len(keep) < len(buffer):
-                buffer[:] = [buffer[i] for i in keep]
+        for run_id, dumps in self._buffers.items():
+            alike: dict[tuple[str, ...], list[int]] = {}
+            for i, dump in enumerate(dumps):
+                alike.setdefault(tuple(dump[2]), []).append(i)
+            keep = sorted(i for same in alike.values() for i in same[len(same) - 1 :: -2])
+            if len(keep) < len(dumps):
+                dumps[:] = [dumps[i] for i in keep]
                 self.thinned[run_id] = self.thinned.get(run_id, 1) * 2
-            self._held += len(buffer)
+            self._held += _count(dumps)
+        self._thin_at = self._held + _MAX_HELD // 2 if self._held > _MAX_HELD // 2 else 0
 
     def flush_if_due(self, budget: float = _FLUSH_BUDGET) -> None:
         """Send the runs whose oldest point has waited long enough (``_FLUSH_SECONDS``, or
@@ -376,12 +386,16 @@ class MlflowTracker:
 
         if self._rows is not None:
             self._send([run_id])
-        buffer = self._buffers.get(run_id, [])
-        while buffer:
-            batch = buffer[:_BATCH]
-            self.client.log_batch(run_id, metrics=[Metric(*point) for point in batch])
-            del buffer[: len(batch)]
-            self._held -= len(batch)
+        points, sent = _points(self._buffers.get(run_id, [])), 0
+        try:
+            while sent < len(points):
+                batch = points[sent : sent + _BATCH]
+                self.client.log_batch(run_id, metrics=[Metric(*point) for point in batch])
+                sent += len(batch)
+        finally:
+            if sent:  # what was sent leaves the buffer; the rest stays held, in order
+                self._held -= sent
+                self._buffers[run_id] = _dumps(points[sent:])
         if run_id in self._buffers:
             self._done([run_id])
         if tags:
@@ -395,7 +409,7 @@ class MlflowTracker:
             return
         left = set(self._rows.write(points))
         written = [run for run in points if run not in left]
-        self._held -= sum(len(points[run]) for run in written)
+        self._held -= sum(_count(points[run]) for run in written)
         self._done(written)
 
     def _done(self, run_ids: list[str]) -> None:
@@ -446,6 +460,41 @@ _UPSERT_TAG = (
 _END_RUN = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ? AND lifecycle_stage = 'active'"
 
 
+def _write_ahead(con: sqlite3.Connection) -> None:
+    """SQLite's write-ahead log, with ``synchronous=NORMAL`` on this connection, for a store on a
+    local filesystem, as the sweep's Optuna study has (``sweeps.study_storage``): a commit is then an
+    append, not an fsync of a journal and of the database. In the default mode each run's creation,
+    tags and end cost about 1 ms of fsync, most of the driver's commit time with hundreds of seeds
+    (``tests/bench/driver_scale.py``). A driver killed by any signal loses nothing committed; only a
+    power cut or an OS crash can lose the last commits, as it can the study's. The mode is kept in
+    the file, so MLflow's own readers and writers (the UI's server, another sweep) use the log too;
+    a store another process holds at that moment keeps its mode (tried for a second at most)."""
+    con.execute("PRAGMA synchronous=NORMAL")  # per connection; in the default mode it spares little
+    if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
+    con.execute("PRAGMA busy_timeout=1000")
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:
+        pass
+    finally:
+        con.execute("PRAGMA busy_timeout=60000")  # the connection's own timeout
+
+
+def _count(dumps: Dumps) -> int:
+    return sum(len(dump[2]) for dump in dumps)
+
+
+def _points(dumps: Dumps) -> list[tuple[str, float, int, int]]:
+    """The dumps as MLflow's metric points, (key, value, timestamp, step) each, in order."""
+    return [(key, float(value), ts, step) for ts, step, values in dumps for key, value in values.items()]
+
+
+def _dumps(points: list[tuple[str, float, int, int]]) -> Dumps:
+    """Points (key, value, timestamp, step) held again: a dump each."""
+    return [(timestamp, step, {key: value}) for key, value, timestamp, step in points]
+
+
 class _StoreRows:
     """Plain SQL on MLflow's own tables, on a connection of its own, with the meaning MLflow's store
     gives the rows it writes there.
@@ -470,6 +519,8 @@ class _StoreRows:
         from mlflow.utils.validation import _validate_metric_name, _validate_param, _validate_tag
 
         self.con = sqlite3.connect(db, timeout=60.0, check_same_thread=False)
+        if on_local_filesystem(db):
+            _write_ahead(self.con)
         self._check_name = _validate_metric_name
         self._param, self._tag, self._status = _validate_param, _validate_tag, RunStatus
         self._under = append_to_uri_path
@@ -516,18 +567,16 @@ class _StoreRows:
             self.con.executemany(_UPSERT_TAG, [row for row in rows if row[2] in active])
         return [run for run in tags if run not in active]
 
-    def write(self, points: dict[str, list[tuple[str, float, int, int]]]) -> list[str]:
-        """Store the runs' points, (key, value, timestamp, step) each, in one transaction; the runs
-        left unwritten (not active) are returned."""
+    def write(self, points: dict[str, Dumps]) -> list[str]:
+        """Store the runs' dumps (timestamp, step, {key: value}) in one transaction; the runs left
+        unwritten (not active) are returned."""
         active = self._active(list(points))
         rows, latest = self._point_rows({run: points[run] for run in active})
         with self.con:  # one transaction: committed here, or nothing of it on an error
             self._insert_points(rows, latest)
         return [run for run in points if run not in active]
 
-    def end_run(
-        self, run_id: str, points: list[tuple[str, float, int, int]], tags: dict[str, str], status: str, end_time: int
-    ) -> bool:
+    def end_run(self, run_id: str, points: Dumps, tags: dict[str, str], status: str, end_time: int) -> bool:
         """The run's last points, its tags and its end (``status`` at ``end_time``), in one
         transaction; False, with nothing written, where MLflow's own calls must decide (the run is
         not active, or a run-name tag is given)."""
@@ -548,21 +597,23 @@ class _StoreRows:
         """The ``tags`` rows of the run's tags, each checked (and cut) as MLflow checks it."""
         return [(t.key, t.value, run_id) for t in (self._tag(k, v) for k, v in tags.items())]
 
-    def _point_rows(self, points: dict[str, list[tuple[str, float, int, int]]]) -> tuple[list[tuple], list[tuple]]:
+    def _point_rows(self, points: dict[str, Dumps]) -> tuple[list[tuple], list[tuple]]:
         """The ``metrics`` rows of the runs' points, and the ``latest_metrics`` row of each run's key."""
         rows: list[tuple[str, float, int, str, int, int]] = []
         latest: dict[tuple[str, str], tuple[tuple[int, int, float], tuple[str, float, int, int, int, str]]] = {}
-        for run_id, run_points in points.items():
-            for key, value, timestamp, step in run_points:
-                if key not in self._names:
-                    self._check_name(key)
-                    self._names.add(key)
-                nan = math.isnan(value)
-                stored = 0.0 if nan else math.copysign(_LARGEST, value) if math.isinf(value) else value
-                rows.append((key, stored, timestamp, run_id, step, int(nan)))
-                order, best = (step, timestamp, stored), latest.get((run_id, key))
-                if best is None or order > best[0]:
-                    latest[(run_id, key)] = (order, (key, stored, timestamp, step, int(nan), run_id))
+        for run_id, dumps in points.items():
+            for timestamp, step, values in dumps:
+                for key, raw in values.items():
+                    if key not in self._names:
+                        self._check_name(key)
+                        self._names.add(key)
+                    value = float(raw)
+                    nan = math.isnan(value)
+                    stored = 0.0 if nan else math.copysign(_LARGEST, value) if math.isinf(value) else value
+                    rows.append((key, stored, timestamp, run_id, step, int(nan)))
+                    order, best = (step, timestamp, stored), latest.get((run_id, key))
+                    if best is None or order > best[0]:
+                        latest[(run_id, key)] = (order, (key, stored, timestamp, step, int(nan), run_id))
         return rows, [row for _, row in latest.values()]
 
     def _insert_points(self, rows: list[tuple], latest: list[tuple]) -> None:

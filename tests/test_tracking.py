@@ -71,6 +71,55 @@ def test_due_metric_buffers_are_sent_oldest_first_a_budget_at_a_time(tmp_path, m
     assert sent() == [2, 1, 1]
 
 
+def test_points_a_failed_batch_did_not_send_stay_held_and_are_sent_once(tmp_path, monkeypatch):
+    """MLflow's own writes, a batch at a time: when a call fails (the server went away), what the
+    calls before it sent leaves the buffer, the rest stays held, and the next flush sends it, so
+    every point is stored exactly once."""
+    monkeypatch.setattr(tracking, "MLFLOW_SCHEMA", "another")
+    monkeypatch.setattr(tracking, "_BATCH", 2)
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "batch", "batch", tmp_path / "art")
+    run = tracker.start_trial(0, {}, {}, key="k")
+    for step in range(3):
+        tracker.log_metrics(run, step, {"x": float(step), "y": -float(step)})
+    real, calls = tracker.client.log_batch, []
+
+    def flaky(*args, **kwargs):
+        calls.append(len(kwargs.get("metrics", [])))
+        if len(calls) == 2:
+            raise ConnectionError("the server went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "log_batch", flaky)
+    with pytest.raises(ConnectionError):
+        tracker.flush()
+    assert tracker._held == 4 and tracking._count(tracker._buffers[run]) == 4
+    tracker.flush()
+    history = lambda key: [m.step for m in tracker.client.get_metric_history(run, key)]  # noqa: E731
+    assert history("x") == [0, 1, 2] and history("y") == [0, 1, 2]
+    assert tracker._held == 0 and tracker._buffers == {} and calls == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("fs", ["local", "nfs4"])
+def test_the_store_commits_to_a_write_ahead_log_only_on_a_local_filesystem(tmp_path, monkeypatch, fs):
+    """As the study does: a store on a local filesystem is switched to SQLite's write-ahead log (kept
+    in the file, for MLflow's own readers too), its writer's commits no longer fsync; elsewhere the
+    default journal stays. What was written reads back through MLflow's client either way."""
+    import sqlite3
+
+    monkeypatch.setattr(tracking, "on_local_filesystem", lambda db: fs == "local")
+    db = tmp_path / "m.db"
+    tracker = tracking.MlflowTracker(f"sqlite:///{db}", "wal", "wal", tmp_path / "art")
+    run = tracker.start_trial(0, {"lr": 0.1}, {}, key="k")
+    tracker.log_metrics(run, 3, {"x": 1.5})
+    tracker.end_run(run, "FINISHED", tags={"t": "v"})
+    mode = sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0]
+    sync = tracker._rows.con.execute("PRAGMA synchronous").fetchone()[0]
+    assert (mode, sync) == (("wal", 1) if fs == "local" else ("delete", 2))
+    stored = MlflowClient(f"sqlite:///{db}").get_run(run)
+    assert stored.info.status == "FINISHED" and stored.data.metrics == {"x": 1.5}
+    assert stored.data.params == {"lr": "0.1"} and stored.data.tags["t"] == "v"
+
+
 def test_plain_sql_sends_every_due_run_at_once_and_keeps_the_others(tmp_path, monkeypatch):
     """On a SQLite store with the schema it knows, the points of every due run go in one write
     (whatever the budget); a run not yet due keeps its points."""
@@ -147,7 +196,7 @@ def test_plain_sql_metric_rows_are_those_mlflow_itself_writes(tmp_path, monkeypa
         for half in (_POINTS[:7], [*_POINTS[:3], *_POINTS[5:], ("grad", 1.0, 2000, 4)]):
             for run in runs:
                 if way == "plain":
-                    tracker._rows.write({run: half})
+                    tracker._rows.write({run: tracking._dumps(half)})
                 else:
                     tracker.client.log_batch(run, metrics=[Metric(*point) for point in half])
         stores[way] = (db, tracker.client, runs)
@@ -176,9 +225,9 @@ def test_plain_sql_leaves_a_deleted_run_to_mlflow_and_checks_names_by_its_rule(t
     with pytest.raises(MlflowException, match="must be in the 'active' state"):
         tracker.flush()
     assert [m.value for m in tracker.client.get_metric_history(kept, "x")] == [1.0]
-    assert tracker._buffers == {gone: [("x", 2.0, tracker._buffers[gone][0][2], 0)]}
+    assert tracker._buffers == {gone: [(tracker._buffers[gone][0][0], 0, {"x": 2.0})]}
     with pytest.raises(MlflowException, match=r'Invalid value "\.\./x"'):
-        tracker._rows.write({kept: [("../x", 1.0, 0, 0)]})
+        tracker._rows.write({kept: [(0, 0, {"../x": 1.0})]})
 
 
 def _runs_as_stored(db: Path, root: str) -> list[tuple]:
@@ -299,6 +348,19 @@ def test_plain_sql_leaves_deleted_runs_and_run_names_to_mlflow(tmp_path):
     with pytest.raises(MlflowException, match="must be in the 'active' state"):
         tracker.end_run(run, "FINISHED")
     assert tracker.client.get_run(run).info.status == "RUNNING"
+
+
+def test_curves_at_their_last_point_over_the_bound_are_not_thinned_again_at_each_dump(tmp_path, monkeypatch):
+    """Thousands of runs, each curve at its one last point, can hold more than the bound by
+    themselves: thinning, which keeps each curve's last point, then frees nothing, and is tried
+    again only once another half of the bound has come, not at every dump."""
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "many", "many", tmp_path / "art")
+    monkeypatch.setattr(tracking, "_MAX_HELD", 10)
+    thinned, real = [], tracker._thin
+    monkeypatch.setattr(tracker, "_thin", lambda: (thinned.append(tracker._held), real())[1])
+    for n in range(200):
+        tracker.log_metrics(f"run-{n}", 0, {"x": float(n)})
+    assert thinned == list(range(11, 201, 6)) and tracker._held == 200 and tracker.thinned == {}
 
 
 def test_held_points_past_the_bound_are_thinned_each_curve_keeping_its_last_point(tmp_path, monkeypatch):
