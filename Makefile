@@ -55,7 +55,7 @@ browser:
 bench: install
 	$(PY) tests/bench/run.py --repeat 2
 
-# The labelled failure corpus (conf/corpus): 3375 short trainings (1125 cases x 3 seeds), about 7 to 9 hours on 2 cores;
+# The labelled failure corpus (conf/corpus): 3711 short trainings (1237 cases x 3 seeds), about 8 to 10 hours on 2 cores;
 # finished runs are kept in results/corpus, so it resumes. `make bench` runs it too, then scores it.
 corpus: install
 	$(PY) tests/bench/corpus/run.py --jobs 2
