@@ -65,6 +65,18 @@ def on_local_filesystem(db: Path) -> bool:
     return filesystem_type(db.parent) in _LOCAL_FILESYSTEMS
 
 
+def write_ahead(con: sqlite3.Connection) -> None:
+    """``synchronous=NORMAL`` on this connection, and SQLite's write-ahead log for its database
+    (kept in the file, so its other readers and writers use it too): a commit is then an append,
+    not an fsync of a journal and of the database. A database another process holds at that moment
+    keeps its journal (within the connection's busy timeout)."""
+    con.execute("PRAGMA synchronous=NORMAL")  # per connection: no lock needed
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:  # e.g. another process holds the file: the default stays
+        pass
+
+
 def _fast_commits(engine: Any) -> None:
     """SQLite's write-ahead log with ``synchronous=NORMAL`` for the study on a local filesystem:
     a commit is an append, not an fsync of the journal and the database (``--optuna
@@ -74,17 +86,7 @@ def _fast_commits(engine: Any) -> None:
     told) the default journal stays."""
     from sqlalchemy import event
 
-    def on_connect(connection: Any, _record: Any) -> None:
-        cursor = connection.cursor()
-        try:  # the mode is kept in the file (readers use it too); the sync level is per connection
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.OperationalError:  # e.g. another process holds the file: the default stays
-            pass
-        finally:
-            cursor.close()
-
-    event.listen(engine, "connect", on_connect)
+    event.listen(engine, "connect", lambda connection, _record: write_ahead(connection))
     engine.dispose()  # connections made while the schema was checked: opened again with the above
 
 
@@ -105,8 +107,8 @@ class _Rows:
 
     def __init__(self, db: Path, local: bool) -> None:
         self.con = sqlite3.connect(db, timeout=60.0, check_same_thread=False)
-        if local:  # the write-ahead log is set in the file by the engine; the sync level is per connection
-            self.con.execute("PRAGMA synchronous=NORMAL")
+        if local:  # (the engine has set the write-ahead log in the file already)
+            write_ahead(self.con)
 
     @classmethod
     def open(cls, db: Path, local: bool) -> _Rows | None:

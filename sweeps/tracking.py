@@ -28,7 +28,7 @@ from typing import Any
 from stability import keys
 from sweeps.errors import UsageError
 from sweeps.spec import alembic_revision, sqlite_file
-from sweeps.study_storage import on_local_filesystem
+from sweeps.study_storage import on_local_filesystem, write_ahead
 
 _BATCH = 500  # per log_batch call: measured cheapest per point with MLflow 3.17 + SQLite (0.12 ms)
 _FLUSH_SECONDS = 10.0  # a run's buffered points are sent once the oldest has waited this long...
@@ -460,27 +460,6 @@ _UPSERT_TAG = (
 _END_RUN = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ? AND lifecycle_stage = 'active'"
 
 
-def _write_ahead(con: sqlite3.Connection) -> None:
-    """SQLite's write-ahead log, with ``synchronous=NORMAL`` on this connection, for a store on a
-    local filesystem, as the sweep's Optuna study has (``sweeps.study_storage``): a commit is then an
-    append, not an fsync of a journal and of the database. In the default mode each run's creation,
-    tags and end cost about 1 ms of fsync, most of the driver's commit time with hundreds of seeds
-    (``tests/bench/driver_scale.py``). A driver killed by any signal loses nothing committed; only a
-    power cut or an OS crash can lose the last commits, as it can the study's. The mode is kept in
-    the file, so MLflow's own readers and writers (the UI's server, another sweep) use the log too;
-    a store another process holds at that moment keeps its mode (tried for a second at most)."""
-    con.execute("PRAGMA synchronous=NORMAL")  # per connection; in the default mode it spares little
-    if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-        return
-    con.execute("PRAGMA busy_timeout=1000")
-    try:
-        con.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.OperationalError:
-        pass
-    finally:
-        con.execute("PRAGMA busy_timeout=60000")  # the connection's own timeout
-
-
 def _count(dumps: Dumps) -> int:
     return sum(len(dump[2]) for dump in dumps)
 
@@ -518,9 +497,16 @@ class _StoreRows:
         from mlflow.utils.uri import append_to_uri_path
         from mlflow.utils.validation import _validate_metric_name, _validate_param, _validate_tag
 
-        self.con = sqlite3.connect(db, timeout=60.0, check_same_thread=False)
+        # The write-ahead log where the store is local, as the study has (``sweeps.study_storage``).
+        # Each run's creation, tags and end in the default journal cost about 1 ms of fsync, most
+        # of the driver's commit time with hundreds of seeds (``tests/bench/driver_scale.py``). A
+        # driver killed by any signal loses nothing committed; only a power cut or an OS crash can
+        # lose the last commits, as it can the study's. A store another process holds keeps its
+        # journal: the switch waits a second at most, then the connection's own timeout is set.
+        self.con = sqlite3.connect(db, timeout=1.0, check_same_thread=False)
         if on_local_filesystem(db):
-            _write_ahead(self.con)
+            write_ahead(self.con)
+        self.con.execute("PRAGMA busy_timeout=60000")
         self._check_name = _validate_metric_name
         self._param, self._tag, self._status = _validate_param, _validate_tag, RunStatus
         self._under = append_to_uri_path

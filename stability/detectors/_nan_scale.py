@@ -135,9 +135,10 @@ def _env_broke(history: History, t: dict[str, Any]) -> dict[str, Any] | None:
     low, high = t["log_std_warn_low"], t["log_std_warn_high"]
     if isinstance(start, (int, float)) and not low <= start <= high:
         return None
+    steps = np.asarray(history.steps, dtype=np.int64)
     for name in ("log_std_max", "log_std_min"):
         indices, values = history.arrays(name)
-        before = values[np.array([history.step_of(int(i)) <= env["step"] for i in indices], dtype=bool)]
+        before = values[steps[indices] <= env["step"]]
         if len(before) and not np.all((before >= low) & (before <= high)):
             return None
     return env
