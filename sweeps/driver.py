@@ -665,7 +665,8 @@ class Driver:
         outcome = "crashed" if active.errors else "unstable" if active.unstable else "complete"
         tags = {keys.OUTCOME: outcome} | _verdict_tags({"verdict": label, "onset_step": verdict["onset_step"]})
         if active.confirming:
-            ok = plan.confirmed(attempt, names, dict(active.returns))
+            ok = plan.confirmed(attempt, names, dict(active.returns), rp.candidates(active.verdicts))
+            attempt.env_broke = attempt.env_broke or rp.env_broke(active.verdicts)
             self._mlflow.append(
                 lambda: self.tracker.end_run(
                     active.parent_run,

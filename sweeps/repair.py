@@ -14,7 +14,10 @@ sweep's worker pool on either backend. Which patch an attempt tries:
 An attempt is a repair when every seed is ``healthy`` and its mean return is at least the
 failing config's (where the failing config returned anything). It is then confirmed on as many
 fresh seeds as the trial had, seeds the sweep never used; only a confirmed attempt counts as
-repaired. A failed confirmation uses up no attempt but ends that line of patches.
+repaired. A failed confirmation uses up no attempt. When a fresh seed failed with findings of its
+own (a failure the trial's seeds never showed: a patch that cured the overflow can leave updates
+too large on another seed), the next attempt keeps the confirmed-against patch and adds the first
+new patch those findings carry, as after a failing attempt; otherwise that line of patches ends.
 
 The ``random`` strategy is the baseline the benchmark compares with: the same attempt loop, with
 patches drawn at random from the same menu of knob changes instead of from the findings.
@@ -253,6 +256,7 @@ class Attempt:
     returns: dict[int, float] = field(default_factory=dict)
     crashed: list[int] = field(default_factory=list)
     offered: list[dict[str, Any]] = field(default_factory=list)  # the patches this attempt's findings carry
+    confirm_offered: list[dict[str, Any]] = field(default_factory=list)  # ... and its fresh seeds' findings
     env_broke: bool = False  # its findings say the env handed back non-finite values (see env_broke)
     trial: int | None = None  # its Optuna trial, once told
     run_id: str = ""
@@ -372,9 +376,16 @@ class Plan:
         )
 
     def _extend(self, last: Attempt) -> tuple[dict, dict, str, str] | None:
-        """After a failing attempt: keep its patch and add one more, from its findings (or at random)."""
-        if last.confirm is not None or not last.verdicts or all(v == "healthy" for v in last.verdicts.values()):
-            return None  # healthy seeds that returned too little, or a failed confirmation: the patch goes
+        """After a failing attempt (or a failed confirmation): keep its patch and add one more, from
+        the findings of the seeds that failed (or at random)."""
+        if last.confirm is not None:
+            if last.confirm["safe"] or all(v == "healthy" for v in last.confirm["verdicts"].values()):
+                return None  # fresh seeds that were not evaluated: nothing says what to add
+            offered = last.confirm_offered
+        elif not last.verdicts or all(v == "healthy" for v in last.verdicts.values()):
+            return None  # healthy seeds that returned too little: the patch goes
+        else:
+            offered = last.offered
         if self.strategy == "random":
             options = [
                 m
@@ -386,7 +397,7 @@ class Plan:
             pick = next(
                 (
                     p
-                    for p in last.offered
+                    for p in offered
                     if not any(k in last.patch for k in p["patch"])
                     and merge(last.patch, p["patch"]) not in self._tried
                     and self._usable(merge(last.patch, p["patch"]))
@@ -446,7 +457,15 @@ class Plan:
             )
         return text + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else "")
 
-    def confirmed(self, attempt: Attempt, verdicts: dict[int, str], returns: dict[int, float]) -> bool:
+    def confirmed(
+        self,
+        attempt: Attempt,
+        verdicts: dict[int, str],
+        returns: dict[int, float],
+        offered: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """Record ``attempt``'s run on the fresh seeds (``offered``: the patches their findings carry)."""
+        attempt.confirm_offered = list(offered or [])
         ok = (
             all(v == "healthy" for v in verdicts.values())
             and len(returns) == len(self.fresh)

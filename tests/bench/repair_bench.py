@@ -218,11 +218,14 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         fresh = [_train(case, attempt.patch, s, root / f"a{attempt.number}-{digest}") for s in FRESH]
         record["runs"] += len(fresh)
         record["seconds"] += sum(r["seconds"] for r in fresh)
+        judged = {s: r["verdict"] for s, r in zip(FRESH, fresh, strict=False)}
         confirmed = plan.confirmed(
             attempt,
-            {s: r["verdict"]["verdict"] for s, r in zip(FRESH, fresh, strict=False)},
+            {s: v["verdict"] for s, v in judged.items()},
             {s: r["return"] for s, r in zip(FRESH, fresh, strict=False) if math.isfinite(r["return"])},
+            rp.candidates(judged),  # a fresh seed's own failure is answered by the next attempt
         )
+        attempt.env_broke = attempt.env_broke or rp.env_broke(judged)
         row["fresh_verdicts"] = [r["verdict"]["verdict"] for r in fresh]
         row["fresh_labels"] = [r["label"] for r in fresh]
         row["confirmed"] = confirmed
