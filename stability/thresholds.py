@@ -95,6 +95,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_decay": 0.01,
         "return_scale": 100.0,
         "value_head_std_max": 0.5,
+        "long_horizon_gamma": 0.999,
     },
     "entropy_collapse": {
         "enabled": True,

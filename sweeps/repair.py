@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stability.thresholds import DEFAULTS
 from stability.verdict import rank
 from sweeps import schedules
 from sweeps.scoring import robust_score
@@ -53,6 +54,8 @@ _DEGENERATE = (
     "the reward never varies, so no learning rate, clipping or normalisation gives the policy a "
     "signal; fix the env's reward"
 )
+# A discount from which stuck_value_loss advises SB3's 0.99 (the random menu offers it from there too).
+LONG_HORIZON_GAMMA = DEFAULTS["stuck_value_loss"]["long_horizon_gamma"]
 # What a crash with no finding gets: the general stabilisers, gentlest first.
 _CRASH_MENU = ("clip", "lr/3", "normalize_reward")
 
@@ -178,6 +181,9 @@ def menu(
         ]
     if continuous:
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
+    gamma = hyperparams.get("gamma", defaults.get("gamma"))
+    if isinstance(gamma, (int, float)) and gamma >= LONG_HORIZON_GAMMA:  # as stuck_value_loss advises
+        items.append(("gamma", {"gamma": 0.99}))
     out = []
     for name, patch in items:
         if not _has({**_KNOB_DEFAULTS, **defaults, **hyperparams}, patch):

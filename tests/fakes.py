@@ -15,7 +15,10 @@ from sweeps.trial import TrialConfig, TrialResult
 # one (a result, a failure) leaves it running until it is cancelled.
 Script = Callable[[TrialConfig, int], list[Payload]]
 
-PATCHES = {"nan_scale": [{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}]}
+PATCHES = {
+    "nan_scale": [{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}],
+    "exploding_updates": [{"learning_rate": 0.01}],
+}
 
 
 def result(

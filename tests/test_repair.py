@@ -78,6 +78,9 @@ def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
     assert "policy_gain" in gains
     assert "weight_decay" not in items and items["log_std_bounds"] == {"log_std_bounds": [-5, 2]}
     assert "log_std_bounds" not in {m["name"] for m in rp.menu({}, {}, False, True)}
+    # SB3's discount where the config's is a long horizon (as stuck_value_loss advises), not otherwise
+    assert "gamma" not in items and "gamma" not in {m["name"] for m in rp.menu({}, {"gamma": 0.99}, False, True)}
+    assert {"gamma": 0.99} in [m["patch"] for m in rp.menu({"gamma": 0.9999}, {"gamma": 0.99}, False, True)]
 
 
 # --- the plan -----------------------------------------------------------------------------------
@@ -308,6 +311,27 @@ def test_repair_combines_patches_and_stops_at_max_attempts():
     driver.run()
     plan = driver.plans[0]
     assert plan.status == "failed" and len(plan.attempts) == 2 and "2 attempt(s)" in plan.message
+    assert [t.user_attrs.get("rlsweep.repair_attempt") for t in study.get_trials()] == [None, 1, 2]
+
+
+def test_a_fresh_seeds_failure_in_a_sweep_is_answered_by_the_next_attempt():
+    """The driver hands the fresh seeds' findings to the plan: bounds cure the trial's seeds but
+    fresh seed 2 explodes; the next attempt keeps the bounds and lowers the rate, and is confirmed."""
+
+    def outcome(hp: dict, seed: int) -> tuple[str, float]:
+        if hp.get("log_std_bounds") != [-5, 2]:
+            return "nan_scale", -100.0
+        if hp.get("learning_rate") != 0.01 and seed == 2:
+            return "exploding_updates", 50.0
+        return "healthy", 10.0
+
+    driver, study, _, _ = _driver(outcome, rp.RepairSettings(budget=16))
+    driver.run()
+    (plan,) = driver.plans
+    first, second = plan.attempts
+    assert first.confirm["verdicts"] == {2: "exploding_updates", 3: "healthy"} and not first.confirm["safe"]
+    assert second.patch == {"log_std_bounds": [-5, 2], "learning_rate": 0.01} and second.source == "exploding_updates"
+    assert plan.status == "repaired" and plan.repaired is second and second.confirm["safe"]
     assert [t.user_attrs.get("rlsweep.repair_attempt") for t in study.get_trials()] == [None, 1, 2]
 
 

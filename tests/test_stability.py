@@ -309,6 +309,28 @@ def test_stuck_names_a_value_head_started_large_from_its_threshold():
     assert not head_patch(Thresholds({"stuck_value_loss": {"value_head_std_max": 1.0}}))
 
 
+def test_stuck_names_an_undiscounted_horizon_and_advises_sb3s_gamma_last():
+    n = 40
+    h = ppo_history(
+        n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n, return_rms=[10.0] * n
+    )
+
+    def advised(gamma: float, thresholds: Thresholds | None = None) -> tuple[list[dict], list[str]]:
+        h.context["gamma"] = gamma
+        finding = classify(h, thresholds, final=True).findings[0]
+        assert finding.kind == "stuck_value_loss"
+        return [p["patch"] for p in finding.patches], finding.causes
+
+    patches, causes = advised(1.0)  # last: a shorter horizon changes the task's objective
+    assert patches == [{"normalize": {"reward": True}}, {"gamma": 0.99}] and "gamma 1 (no discount)" in causes[-1]
+    patches, causes = advised(0.9999)
+    assert patches[-1] == {"gamma": 0.99} and "a horizon of 10000 steps" in causes[-1]
+    patches, causes = advised(0.99)  # SB3's default
+    assert patches == [{"normalize": {"reward": True}}] and not any("gamma" in c for c in causes)
+    patches, _ = advised(0.9999, Thresholds({"stuck_value_loss": {"long_horizon_gamma": 1.0}}))
+    assert patches == [{"normalize": {"reward": True}}]
+
+
 def test_a_constant_critic_beside_a_deterministic_policy_is_the_collapses_to_name():
     """From a plain A2C-style log: a critic pinned at explained variance 0 with a loss not falling
     is stuck, unless the policy is near-deterministic all the while: its episodes are then alike,

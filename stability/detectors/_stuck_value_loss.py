@@ -400,4 +400,13 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tu
         patches.append(advice.make(ctx, "init_gains", {"value": 1.0}, "start the value head at CleanRL's scale"))
     if not patches and not ctx.get("norm_reward"):
         patches.append(advice.make(ctx, "normalize", {"reward": True}, "returns near 1 are easier to fit"))
+    gamma = ctx.get("gamma")
+    if isinstance(gamma, (int, float)) and gamma >= t["long_horizon_gamma"]:
+        # last: a shorter horizon changes what the policy optimises, the patches above do not
+        horizon = "no discount" if gamma >= 1 else f"a horizon of {1 / (1 - gamma):.0f} steps"
+        causes.append(
+            f"gamma {gamma:g} ({horizon}): the critic fits sums over whole episodes, whose scale and "
+            "spread grow with their length"
+        )
+        patches.append(advice.make(ctx, "gamma", 0.99, "a horizon of 100 steps gives the critic targets it can fit"))
     return causes, advice.collect(*patches)
