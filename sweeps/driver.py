@@ -720,9 +720,8 @@ class Driver:
     def _tell_repair(self, plan: rp.Plan, attempt: rp.Attempt) -> None:
         """The attempt as a finished Optuna trial with its real params: the failing trial's sampled
         values, a patched swept key at its new value, and each other patched knob as a one-value
-        parameter ``patch.KNOB``. The failing trial itself is never changed."""
+        parameter (see :func:`_patch_param`). The failing trial itself is never changed."""
         import optuna
-        from optuna.distributions import CategoricalDistribution
         from optuna.trial import TrialState
 
         state_of = attempt.state
@@ -735,8 +734,7 @@ class Driver:
             if dist is not None and sp.holds(dist, stored):
                 params[knob], decoded[knob] = stored, value
             else:
-                label = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
-                params[f"patch.{knob}"], dists[f"patch.{knob}"] = label, CategoricalDistribution([label])
+                name, params[name], dists[name] = _patch_param(knob, value)
         attrs = {
             keys.OUTCOME: state_of["outcome"],
             keys.PARAMS: _jsonable(decoded),
@@ -756,12 +754,25 @@ class Driver:
             if state_of["outcome"] == "complete" and state_of["returns"]
             else [math.nan]
         )
-        if all(math.isfinite(v) for v in values):
-            frozen = optuna.trial.create_trial(params=params, distributions=dists, values=values, user_attrs=attrs)
-        else:
-            state = TrialState.FAIL if state_of["outcome"] == "crashed" else TrialState.PRUNED
-            frozen = optuna.trial.create_trial(params=params, distributions=dists, state=state, user_attrs=attrs)
-        self.study.add_trial(frozen)
+        told = (
+            {"values": values}
+            if all(math.isfinite(v) for v in values)
+            else {"state": TrialState.FAIL if state_of["outcome"] == "crashed" else TrialState.PRUNED}
+        )
+        try:
+            self.study.add_trial(
+                optuna.trial.create_trial(params=params, distributions=dists, user_attrs=attrs, **told)
+            )
+        except ValueError:  # a study that recorded a patched knob another way (before this encoding)
+            kept = [k for k in params if k in plan.context.get("distributions", {})]
+            self.study.add_trial(
+                optuna.trial.create_trial(
+                    params={k: params[k] for k in kept},
+                    distributions={k: dists[k] for k in kept},
+                    user_attrs=attrs,  # the patch stays in rlsweep.repair_patch
+                    **told,
+                )
+            )
         attempt.trial = self.study.get_trials(deepcopy=False)[-1].number
 
     def _plan_done(self, plan: rp.Plan) -> None:
@@ -832,3 +843,18 @@ def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v) for k, v in params.items()
     }
+
+
+def _patch_param(knob: str, value: Any) -> tuple[str, Any, Any]:
+    """How a patched knob outside the sweep's space is recorded among a repair trial's params:
+    ``(name, value, distribution)``. Optuna refuses a param whose distribution differs from the
+    one the study recorded under its name, and a categorical's choices may never change, so a
+    one-value categorical per knob (``patch.learning_rate: [0.0333]``) breaks the second repair
+    that patches the same knob to another value. A number is a one-point float range under
+    ``patch.KNOB`` (any two are compatible); anything else is a flag named by its value
+    (``patch.log_std_bounds=[-5, 2]: True``), the same distribution wherever it recurs."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return f"patch.{knob}", float(value), FloatDistribution(float(value), float(value))
+    return f"patch.{knob}={json.dumps(value, sort_keys=True)}", True, CategoricalDistribution([True])

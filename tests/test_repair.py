@@ -13,6 +13,7 @@ import yaml
 
 from sweeps import repair as rp
 from sweeps.spec import from_dict
+from sweeps.study_storage import sole_writer_storage
 from tests.fakes import Recorder, Scripted
 from tests.helpers import stores
 
@@ -248,7 +249,9 @@ def test_the_summary_file_keeps_other_trials_and_replaces_a_rerun(tmp_path):
 
 
 # --- the driver, against a scripted backend -------------------------------------------------------
-def _driver(outcome: Any, repair: rp.RepairSettings | None = None, trials: int = 1, auto: bool = True):
+def _driver(
+    outcome: Any, repair: rp.RepairSettings | None = None, trials: int = 1, auto: bool = True, storage: Any = None
+):
     from sweeps.driver import Driver
 
     spec = from_dict(
@@ -263,7 +266,7 @@ def _driver(outcome: Any, repair: rp.RepairSettings | None = None, trials: int =
             "stability": {"repair": {"auto": auto, "max_attempts": 2}},
         }
     )
-    study = optuna.create_study(direction="maximize")
+    study = optuna.create_study(direction="maximize", storage=storage)
     backend, tracker = Scripted.outcomes(outcome), Recorder()
     return Driver(spec, backend, tracker, study, repair=repair), study, backend, tracker
 
@@ -282,7 +285,7 @@ def test_auto_repair_runs_in_the_sweep_and_records_each_attempt_as_a_new_trial()
     assert fixed.user_attrs["rlsweep.repair_of"] == 0 and fixed.user_attrs["rlsweep.repair_patch"] == {
         "log_std_bounds": [-5, 2]
     }
-    assert fixed.params == {"learning_rate": original.params["learning_rate"], "patch.log_std_bounds": "[-5, 2]"}
+    assert fixed.params == {"learning_rate": original.params["learning_rate"], "patch.log_std_bounds=[-5, 2]": True}
     assert fixed.value == pytest.approx(10.5) and fixed.user_attrs["rlsweep.confirm"]["seeds"] == [2, 3]
     assert progress.done == 1 and progress.repairs == {"repaired": 1}
     seeds_run = sorted((c.trial < 0, c.seed) for c in backend.submitted)
@@ -333,6 +336,52 @@ def test_a_fresh_seeds_failure_in_a_sweep_is_answered_by_the_next_attempt():
     assert second.patch == {"log_std_bounds": [-5, 2], "learning_rate": 0.01} and second.source == "exploding_updates"
     assert plan.status == "repaired" and plan.repaired is second and second.confirm["safe"]
     assert [t.user_attrs.get("rlsweep.repair_attempt") for t in study.get_trials()] == [None, 1, 2]
+
+
+def test_patched_knobs_off_the_space_are_params_any_later_repair_can_reuse(tmp_path):
+    """Two repairs that patch the same knob to different values are both told to one study (a
+    one-value categorical per knob made the study's storage refuse the second: its choices may not
+    change)."""
+    from sweeps.driver import _patch_param
+
+    study = optuna.create_study(direction="maximize", storage=sole_writer_storage(f"sqlite:///{tmp_path}/o.db"))
+    for patch in (
+        {"learning_rate": 0.0333, "log_std_bounds": [-5, 2]},
+        {"learning_rate": 0.01, "log_std_bounds": [-3, 1], "normalize": {"reward": True}},
+        {"target_kl": None, "normalize_advantage": True, "max_grad_norm": 0.5},
+        {"learning_rate": 0.0333, "log_std_bounds": [-5, 2], "normalize": {"reward": True}},
+    ):
+        params, dists = {}, {}
+        for knob, value in patch.items():
+            name, params[name], dists[name] = _patch_param(knob, value)
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=1.0))
+    first, second, third, _ = study.get_trials()
+    assert first.params == {"patch.learning_rate": 0.0333, "patch.log_std_bounds=[-5, 2]": True}
+    assert second.params["patch.learning_rate"] == 0.01 and second.params['patch.normalize={"reward": true}']
+    assert third.params == {
+        "patch.target_kl=null": True,
+        "patch.normalize_advantage=true": True,
+        "patch.max_grad_norm": 0.5,
+    }
+
+
+def test_a_study_that_recorded_a_patched_knob_the_old_way_still_takes_the_repair(tmp_path):
+    def outcome(hp: dict, seed: int) -> tuple[str, float]:
+        return ("healthy", 10.0) if hp.get("max_grad_norm") == 0.5 else ("nan_scale", -100.0)
+
+    storage = sole_writer_storage(f"sqlite:///{tmp_path}/o.db")
+    driver, study, _, _ = _driver(outcome, rp.RepairSettings(budget=16), trials=2, storage=storage)  # 1st: the old
+    legacy = optuna.distributions.CategoricalDistribution([0.5])
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"patch.max_grad_norm": 0.5}, distributions={"patch.max_grad_norm": legacy}, value=0
+        )
+    )
+    driver.run()
+    (plan,) = driver.plans
+    assert plan.status == "repaired" and plan.repaired.patch == {"log_std_bounds": [-5, 2], "max_grad_norm": 0.5}
+    told = study.get_trials()[-1]
+    assert told.user_attrs["rlsweep.repair_patch"] == plan.repaired.patch and set(told.params) == {"learning_rate"}
 
 
 def test_auto_repair_never_more_than_doubles_the_sweeps_jobs():
