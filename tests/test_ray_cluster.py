@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,9 +29,9 @@ pytestmark = pytest.mark.slow
 def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining_node_is_used(
     workdir: Path,
 ) -> None:
-    """Two nodes train the first seeds; the worker node is killed once it has finished one, while
-    it trains the next (that seed is retried on the head); then a third node joins through ``ray start``, as an
-    operator adds one, and the jobs still to run are placed on it too."""
+    """Two nodes train the first seeds; once the worker node has finished one and trains the next,
+    a third node joins through ``ray start``, as an operator adds one, and the worker node is killed
+    (its seed is retried); the jobs still to run are placed on the new node too."""
     from rich.console import Console
 
     from sweeps import spec as spec_module
@@ -42,6 +43,7 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
     killed: list[float] = []
     joined: list[float] = []
     joiner: list[subprocess.Popen] = []
+    logs: list[Any] = []
 
     head_id, worker_id = cluster.head_node.node_id[:12], worker.node_id[:12]  # seed runs name "IP/node id"
     seen: list[str] = []
@@ -61,32 +63,35 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
             return []
 
     def kill_then_join() -> None:
-        """Once the worker node has finished a seed and holds a running one, kill it; then start
-        a new node (its own raylet, one CPU) that joins the cluster mid-sweep. (Killed on a timer
-        after its first seed instead, it sometimes lay idle between two seeds, and nothing was
-        lost to retry.)"""
+        """Once the worker node has finished a seed and holds a running one, start a new node (its
+        own raylet, one CPU) that joins the cluster mid-sweep, and kill the worker node. (Killed on
+        a timer after its first seed instead, it sometimes lay idle between two seeds, and nothing
+        was lost to retry. Started after the kill, the new node was once still starting when the
+        head had run every seed left: CI, 2026-12-05; it now starts first, while the kill and the
+        retry take their time.)"""
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             on_worker = [status for status, node in seed_nodes() if node.endswith(worker_id)]
             if "FINISHED" in on_worker and "RUNNING" in on_worker:
-                cluster.remove_node(worker, allow_graceful=False)
-                killed.append(time.monotonic())
                 break
             time.sleep(0.5)
         else:
             return
         ray_cli = Path(sys.executable).with_name("ray")
+        logs.append((workdir / "joiner.log").open("w"))  # what `ray start` said, for a failure's message
         command = [str(ray_cli), "start", f"--address={cluster.address}", "--num-cpus=1", "--block"]
         joiner.append(
             subprocess.Popen(
                 command,
                 env=subprocess_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=logs[-1],
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # its raylet and workers share its process group: ended together
             )
         )
         joined.append(time.monotonic())
+        cluster.remove_node(worker, allow_graceful=False)
+        killed.append(time.monotonic())
 
     spec = spec_module.from_dict(
         tiny_spec(
@@ -111,6 +116,8 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+        for log in logs:
+            log.close()
         cluster.shutdown()
     client, experiment, study = stores(workdir, "cluster")
     assert killed, f"the worker node was never killed (the last error seen: {seen})"
@@ -121,7 +128,10 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
     node_of = {r.info.run_name: r.data.tags["rlsweep.node"].split("/")[1] for r in seeds}
     assert {head_id, worker_id} <= set(node_of.values()), node_of  # both first nodes trained seeds
     newcomers = [r for r in seeds if node_of[r.info.run_name] not in (head_id, worker_id)]
-    assert newcomers, f"the node that joined mid-sweep ran nothing: {node_of}"
+    assert newcomers, (
+        f"the node that joined mid-sweep ran nothing: {node_of}; `ray start` said: "
+        + (workdir / "joiner.log").read_text()[-2000:]
+    )
     assert len({node_of[r.info.run_name] for r in newcomers}) == 1  # the one that joined, after its start
     retried = [r for r in seeds if r.data.tags.get("rlsweep.attempts") == "2"]
     assert retried and all(r.info.status == "FINISHED" for r in seeds)

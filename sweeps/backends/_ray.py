@@ -404,9 +404,13 @@ class RayBackend(Backend):
             tune_config=tune.TuneConfig(
                 search_alg=Feed(self._id),
                 num_samples=-1,
-                # an actor runs job after job, so torch and SB3 are imported once per actor, not
-                # per job; a stopped job's thread ends (see _TuneReporter) so its actor is free
-                reuse_actors=True,
+                # on a local instance an actor runs job after job, so torch and SB3 are imported
+                # once per actor, not per job; a stopped job's thread ends (see _TuneReporter) so
+                # its actor is free. On a cluster (an address) each job gets a fresh actor: Tune
+                # hands a finished job's cached actor to the next job before a node that joined
+                # has started one, so a joining node could sit idle while every job ran on the
+                # node that finished first (seen in the cluster test, 1 run in 3 on 2 cores)
+                reuse_actors=s.address is None,
                 # the driver submits no more than ``capacity`` jobs, which follows the nodes that
                 # come and go; Tune is held only by the fixed bounds
                 max_concurrent_trials=min((b for b in (s.max_concurrent, self._limit) if b), default=None),
