@@ -665,8 +665,7 @@ class Driver:
         outcome = "crashed" if active.errors else "unstable" if active.unstable else "complete"
         tags = {keys.OUTCOME: outcome} | _verdict_tags({"verdict": label, "onset_step": verdict["onset_step"]})
         if active.confirming:
-            ok = plan.confirmed(attempt, names, dict(active.returns), rp.candidates(active.verdicts))
-            attempt.env_broke = attempt.env_broke or rp.env_broke(active.verdicts)
+            ok = plan.confirmed(attempt, names, dict(active.returns), active.verdicts)
             self._mlflow.append(
                 lambda: self.tracker.end_run(
                     active.parent_run,

@@ -468,10 +468,12 @@ class Plan:
         attempt: Attempt,
         verdicts: dict[int, str],
         returns: dict[int, float],
-        offered: list[dict[str, Any]] | None = None,
+        judged: Mapping[Any, Mapping[str, Any]] | None = None,
     ) -> bool:
-        """Record ``attempt``'s run on the fresh seeds (``offered``: the patches their findings carry)."""
-        attempt.confirm_offered = list(offered or [])
+        """Record ``attempt``'s run on the fresh seeds: their verdict names, returns and (``judged``)
+        whole verdicts, whose findings' patches the next attempt may add (see ``_extend``)."""
+        attempt.confirm_offered = candidates(judged or {})
+        attempt.env_broke = attempt.env_broke or env_broke(judged or {})
         ok = (
             all(v == "healthy" for v in verdicts.values())
             and len(returns) == len(self.fresh)

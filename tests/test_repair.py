@@ -136,13 +136,19 @@ def test_a_healthy_attempt_that_returns_less_is_dropped_for_the_next_candidate()
     assert plan.next_attempt() is None and plan.status == "failed" and "2 attempt(s)" in plan.message
 
 
+def _judged(verdict: str, *patches: dict) -> dict[str, Any]:
+    """A seed's verdict as a training reports it, its finding carrying ``patches``."""
+    finding = {"kind": verdict, "certain": True, "evidence": {}, "patches": [{"patch": p, "why": "w"} for p in patches]}
+    return {"verdict": verdict, "findings": [] if verdict == "healthy" else [finding]}
+
+
 def test_a_failed_confirmation_without_new_findings_uses_no_attempt_but_ends_that_line():
     plan = _plan([{"log_std_bounds": [-5, 2]}, {"max_grad_norm": 0.5}])
     first = plan.next_attempt()
     _finish(first, ["healthy", "healthy"], [1.0, 1.0])
     # the failing fresh seed's findings carry only the patch already applied
-    offered = [{"patch": {"log_std_bounds": [-5, 2]}, "why": "w", "source": "nan_scale"}]
-    assert not plan.confirmed(first, {2: "healthy", 3: "nan_scale"}, {2: 1.0}, offered)
+    judged = {2: _judged("healthy"), 3: _judged("nan_scale", {"log_std_bounds": [-5, 2]})}
+    assert not plan.confirmed(first, {2: "healthy", 3: "nan_scale"}, {2: 1.0}, judged)
     assert plan.status == "pending" and plan.next_attempt().patch == {"max_grad_norm": 0.5}
 
 
@@ -150,11 +156,8 @@ def test_a_fresh_seeds_own_failure_is_answered_on_top_of_the_patch_that_passed()
     plan = _plan([{"log_std_bounds": [-5, 2]}, {"learning_rate": 0.0333}])
     first = plan.next_attempt()
     _finish(first, ["healthy", "healthy"], [1.0, 1.0])
-    offered = [
-        {"patch": {"learning_rate": 0.01}, "why": "smaller updates", "source": "exploding_updates"},
-        {"patch": {"max_grad_norm": 0.5}, "why": "clip", "source": "exploding_updates"},
-    ]
-    assert not plan.confirmed(first, {2: "exploding_updates", 3: "healthy"}, {2: 9.0, 3: 1.0}, offered)
+    judged = {2: _judged("exploding_updates", {"learning_rate": 0.01}, {"max_grad_norm": 0.5}), 3: _judged("healthy")}
+    assert not plan.confirmed(first, {2: "exploding_updates", 3: "healthy"}, {2: 9.0, 3: 1.0}, judged)
     second = plan.next_attempt()
     assert second.patch == {"log_std_bounds": [-5, 2], "learning_rate": 0.01} and second.source == "exploding_updates"
     assert second.added == {"learning_rate": 0.01} and second.number == 2
@@ -165,7 +168,7 @@ def test_a_fresh_seeds_own_failure_is_answered_on_top_of_the_patch_that_passed()
     rand = _plan([], strategy="random")
     first = rand.next_attempt()
     _finish(first, ["healthy", "healthy"], [1.0, 1.0])
-    assert not rand.confirmed(first, {2: "exploding_updates", 3: "healthy"}, {2: 9.0, 3: 1.0}, offered)
+    assert not rand.confirmed(first, {2: "exploding_updates", 3: "healthy"}, {2: 9.0, 3: 1.0}, judged)
     second = rand.next_attempt()
     assert second.patch != first.patch and all(second.patch[k] == v for k, v in first.patch.items())
 

@@ -223,9 +223,8 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
             attempt,
             {s: v["verdict"] for s, v in judged.items()},
             {s: r["return"] for s, r in zip(FRESH, fresh, strict=False) if math.isfinite(r["return"])},
-            rp.candidates(judged),  # a fresh seed's own failure is answered by the next attempt
+            judged,  # a fresh seed's own failure is answered by the next attempt
         )
-        attempt.env_broke = attempt.env_broke or rp.env_broke(judged)
         row["fresh_verdicts"] = [r["verdict"]["verdict"] for r in fresh]
         row["fresh_labels"] = [r["label"] for r in fresh]
         row["confirmed"] = confirmed
