@@ -30,11 +30,14 @@ def history_from_scalars(scalars: dict, context: dict | None = None, error: str 
     return history.regroup(group_steps(history.last_step, on_policy))
 
 
-def load_history(source: str | Path, error: str | None = None, tracking_uri: str | None = None) -> History:
-    """The signal history of a TensorBoard directory/file or an MLflow run id."""
+def load_history(
+    source: str | Path, error: str | None = None, tracking_uri: str | None = None, context: dict | None = None
+) -> History:
+    """The signal history of a TensorBoard directory/file or an MLflow run id; ``context`` (the
+    run's config, see :func:`stability.readers.read_config`) stands over what the source records."""
     path = Path(source)
     if path.exists():
-        return history_from_scalars(read_tensorboard(path), error=error)
+        return history_from_scalars(read_tensorboard(path), context=dict(context or {}), error=error)
     text = str(source)
     if not _RUN_ID.match(text):
         raise LogReadError(
@@ -43,13 +46,13 @@ def load_history(source: str | Path, error: str | None = None, tracking_uri: str
             source=text,
         )
     scalars, tags = read_mlflow_run(text, tracking_uri)
-    context = {}
+    recorded = {}
     if tags.get(keys.STABILITY_CONTEXT):
         try:
-            context = json.loads(tags[keys.STABILITY_CONTEXT])
+            recorded = json.loads(tags[keys.STABILITY_CONTEXT])
         except json.JSONDecodeError:
-            context = {}
-    return history_from_scalars(scalars, context=context, error=error or tags.get(keys.ERROR))
+            recorded = {}
+    return history_from_scalars(scalars, context=recorded | (context or {}), error=error or tags.get(keys.ERROR))
 
 
 def diagnose(
@@ -58,11 +61,13 @@ def diagnose(
     tracking_uri: str | None = None,
     thresholds: Thresholds | None = None,
     plot: str | Path | None = None,
+    context: dict | None = None,
 ) -> Verdict:
     """Verdict for a run trained anywhere (what ``rlsweep diagnose`` prints); with ``plot``, also
-    a PNG of its key signals. Raises :class:`LogReadError` when the source is unreadable or holds
-    no training signal (and no crash text)."""
-    history = load_history(source, error, tracking_uri)
+    a PNG of its key signals; with ``context``, the run's config (its causes and advice then
+    read the run's own values). Raises :class:`LogReadError` when the source is unreadable or
+    holds no training signal (and no crash text)."""
+    history = load_history(source, error, tracking_uri, context)
     if not len(history) and not history.error:
         raise LogReadError(
             f"{source}: the log holds no training signals rlsweep knows (SB3 'train/*' and "

@@ -115,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
         "--thresholds", help="detector thresholds YAML (default: the built-in conf/stability.yaml values)"
     )
     diag.add_argument("--plot", help="also save a PNG of the key signals with the onset marked")
+    diag.add_argument(
+        "--hyperparams",
+        help="the config the run was trained with: its SB3 model (.zip), rl-zoo3's config.yml, or a YAML mapping "
+        "of its hyperparameters (causes and advice then read the run's own values)",
+    )
+    diag.add_argument(
+        "--algo", help="the run's algorithm (PPO, A2C, ppo_lstm, ...) where --hyperparams does not name it"
+    )
     return parser
 
 
@@ -304,8 +312,14 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
     import json
 
     from stability.diagnose import diagnose
+    from stability.readers import algo_name, read_config
     from stability.thresholds import Thresholds
 
+    context = None
+    if args.hyperparams:
+        context = read_config(args.hyperparams, args.algo)
+    elif args.algo:
+        context = {"algo": algo_name(args.algo)}
     error = None
     if args.error_file:
         try:
@@ -313,11 +327,15 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
         except OSError as exc:
             raise UsageError(f"--error-file {args.error_file}: cannot read it ({exc.strerror})") from None
     thresholds = Thresholds.load(args.thresholds) if args.thresholds else Thresholds()
-    verdict = diagnose(args.path, error, args.tracking_uri or mlflow_uri_for(None), thresholds, plot=args.plot)
+    uri = args.tracking_uri or mlflow_uri_for(None)
+    verdict = diagnose(args.path, error, uri, thresholds, plot=args.plot, context=context)
     if args.json:
-        print(json.dumps(verdict.to_dict()))
+        print(json.dumps(verdict.to_dict() | ({"hyperparams_read": context} if context is not None else {})))
     else:
         console.print(f"{args.path}", highlight=False)
+        if context is not None:
+            read = ", ".join(f"{k} {v}" for k, v in sorted(context.items())) or "nothing the detectors use"
+            console.print(f"config ({args.hyperparams or '--algo'}): {read}", highlight=False)
         console.print(verdict.render(), highlight=False, markup=False, soft_wrap=True)
     return 0
 

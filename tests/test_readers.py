@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import socket
 import struct
 import subprocess
@@ -297,3 +299,179 @@ def test_cleanrl_repro_script_logs_cleanrl_tags(tmp_path: Path) -> None:
     assert len(scalars["charts/episodic_return"]) == 2 * (1024 // 200)  # 2 envs, 200-step episodes
     history = History.from_scalars(scalars)
     assert all(len(history.values(n)) == 4 for n in ("value_loss", "clip_fraction", "grad_norm", "entropy"))
+
+
+# --------------------------------------------------------------------------------------------- configs
+
+ZOO_CONFIG = """\
+!!python/object/apply:collections.OrderedDict
+- - - batch_size
+    - 64
+  - - gamma
+    - 0.999
+  - - learning_rate
+    - lin_0.001
+  - - n_envs
+    - 8
+  - - n_steps
+    - 32
+  - - normalize
+    - '{''norm_obs'': True, ''norm_reward'': False}'
+  - - policy
+    - MlpPolicy
+  - - policy_kwargs
+    - dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[64], vf=[64]),
+      optimizer_class=th.optim.AdamW, optimizer_kwargs=dict(weight_decay=1e-3))
+"""
+
+
+def test_rl_zoo3_config_yml_is_read_without_evaluating_it(tmp_path: Path) -> None:
+    from stability.readers import read_config
+
+    path = tmp_path / "config.yml"
+    path.write_text(ZOO_CONFIG)
+    assert read_config(path) == {
+        "gamma": 0.999,
+        "n_steps": 32,
+        "norm_obs": True,
+        "norm_reward": False,
+        "log_std_init": -2.0,
+        "optimizer": "AdamW",
+        "weight_decay": 1e-3,
+    }
+    # with the algorithm named, its defaults stand for what rl-zoo3 left out; a learning-rate
+    # schedule is no number, and the default rate does not stand for it
+    ppo = read_config(path, "ppo")
+    assert ppo["algo"] == "PPO" and ppo["max_grad_norm"] == 0.5 and ppo["vf_coef"] == 0.5
+    assert ppo["gamma"] == 0.999 and "learning_rate" not in ppo
+    assert read_config(path, "a2c")["algo"] == "A2C"
+
+
+def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> None:
+    from stability.readers import context_from_hyperparams, read_config
+
+    entry = tmp_path / "a2c.yml"
+    entry.write_text("CartPole-v1:\n  n_steps: 8\n  gamma: 0.9999\n  normalize: true\n  ent_coef: 0.0\n")
+    assert read_config(entry, "a2c") == read_config(entry, "A2C")
+    got = read_config(entry, "a2c")
+    assert (got["n_steps"], got["gamma"], got["norm_reward"], got["max_grad_norm"]) == (8, 0.9999, True, 0.5)
+    assert got["optimizer"] == "RMSprop" and got["weight_decay"] == 0.0
+    # rlsweep's spellings: normalize {obs, reward}, the weight_decay and log_std_init knobs, an algo key
+    ctx = context_from_hyperparams(
+        {"algo": "PPO", "normalize": {"obs": True, "reward": False}, "weight_decay": 0.01, "log_std_init": -1}
+    )
+    assert (ctx["norm_obs"], ctx["norm_reward"], ctx["weight_decay"], ctx["log_std_init"]) == (True, False, 0.01, -1.0)
+    assert context_from_hyperparams({"normalize": {"obs": True}})["norm_reward"] is False
+    assert context_from_hyperparams({"normalize": False}) == {"norm_obs": False, "norm_reward": False}
+
+
+def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) -> None:
+    from stable_baselines3 import A2C, PPO
+
+    from stability.readers import read_config
+
+    PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, gamma=0.999, max_grad_norm=2.0, device="cpu").save(
+        tmp_path / "ppo.zip"
+    )
+    ctx = read_config(tmp_path / "ppo.zip")
+    assert ctx["algo"] == "PPO" and ctx["gamma"] == 0.999 and ctx["max_grad_norm"] == 2.0 and ctx["n_steps"] == 64
+    assert ctx["action_space"] == "Discrete" and ctx["continuous"] is False
+    assert ctx["entropy_max"] == pytest.approx(math.log(2))
+    A2C("MlpPolicy", "Pendulum-v1", learning_rate=lambda f: 7e-4 * f, device="cpu").save(tmp_path / "a2c.zip")
+    ctx = read_config(tmp_path / "a2c.zip")
+    assert ctx["algo"] == "A2C" and ctx["continuous"] is True and "learning_rate" not in ctx  # a pickled schedule
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("- gamma\n- 0.99\n", "expected a mapping"),
+        ("gamma: [0.99\n", "neither an SB3 model"),
+        ("gamma: high\n", "gamma is 'high'"),
+        ("n_steps: 8\nnormalize: maybe\n", "normalize is 'maybe'"),
+        ("n_steps: 8\npolicy_kwargs: dict(net_arch=[64\n", "policy_kwargs is"),
+        ("CartPole-v1: {n_steps: 8}\nPendulum-v1: {n_steps: 8}\n", "2 env entries (CartPole-v1, Pendulum-v1)"),
+        ("algo: reinforce\ngamma: 0.99\n", "unknown algorithm 'reinforce'"),
+    ],
+)
+def test_bad_configs_are_refused_naming_file_and_key(tmp_path: Path, text: str, where: str) -> None:
+    from stability.readers import read_config
+
+    path = tmp_path / "config.yml"
+    path.write_text(text)
+    with pytest.raises(LogReadError) as err:
+        read_config(path)
+    assert str(path) in str(err.value) and where in str(err.value)
+
+
+def test_a_zip_that_is_no_model_and_a_missing_file(tmp_path: Path) -> None:
+    import zipfile
+
+    from stability.readers import read_config
+
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as archive:
+        archive.writestr("readme.txt", "hello")
+    with pytest.raises(LogReadError, match="not an SB3 model"):
+        read_config(tmp_path / "other.zip")
+    with pytest.raises(LogReadError, match="no such file"):
+        read_config(tmp_path / "missing.yml")
+    with pytest.raises(LogReadError, match="unknown algorithm 'ppo2'"):
+        read_config(tmp_path / "other.zip", "ppo2")
+
+
+def _nan_log(logdir: Path) -> None:
+    """A plain SB3 PPO log whose losses turn NaN at update 20."""
+    steps = [256 * i for i in range(1, 30)]
+    broken = lambda value: [(s, value if i < 19 else math.nan) for i, s in enumerate(steps)]  # noqa: E731
+    write_scalars(
+        logdir,
+        {
+            "train/value_loss": broken(1.0),
+            "train/policy_gradient_loss": broken(-0.01),
+            "train/entropy_loss": broken(-0.69),
+            "train/approx_kl": broken(0.01),
+            "train/explained_variance": [(s, 0.5) for s in steps],
+            "rollout/ep_rew_mean": [(s, 20.0 + i) for i, s in enumerate(steps)],
+        },
+    )
+
+
+def test_diagnose_with_the_runs_config_advises_nothing_it_already_had(tmp_path: Path) -> None:
+    """`rlsweep diagnose --hyperparams`: the advice reads the run's own values. Without the config,
+    SB3's own max_grad_norm (0.5) is advised, saying the run's value was not seen."""
+    from tests.helpers import rlsweep
+
+    _nan_log(tmp_path / "tb")
+    plain = rlsweep(tmp_path, "diagnose", "tb", "--json")
+    assert plain.returncode == 0, plain.stderr
+    report = json.loads(plain.stdout)
+    patches = [p for f in report["findings"] for p in f["patches"]]
+    assert report["verdict"] == "nan_scale" and "hyperparams_read" not in report
+    assert any(p["patch"] == {"max_grad_norm": 0.5} and "not recorded" in p["why"] for p in patches)
+    (tmp_path / "config.yml").write_text(ZOO_CONFIG)
+    with_config = rlsweep(tmp_path, "diagnose", "tb", "--json", "--hyperparams", "config.yml", "--algo", "ppo")
+    assert with_config.returncode == 0, with_config.stderr
+    report = json.loads(with_config.stdout)
+    assert report["verdict"] == "nan_scale"
+    assert report["hyperparams_read"]["gamma"] == 0.999 and report["hyperparams_read"]["max_grad_norm"] == 0.5
+    patches = [p["patch"] for f in report["findings"] for p in f["patches"]]
+    assert {"max_grad_norm": 0.5} not in patches and patches  # what is left is still advice
+    text = rlsweep(tmp_path, "diagnose", "tb", "--hyperparams", "config.yml")
+    assert text.returncode == 0 and "config (config.yml): gamma 0.999" in " ".join(text.stdout.split())
+
+
+def test_diagnose_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
+    from tests.helpers import rlsweep
+
+    _nan_log(tmp_path / "tb")
+    (tmp_path / "config.yml").write_text("gamma: high\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args, named in (
+        (["--hyperparams", "config.yml"], "config.yml: gamma is 'high'"),
+        (["--hyperparams", "missing.yml"], "missing.yml: no such file"),
+        (["--algo", "reinforce"], "--algo: unknown algorithm 'reinforce'"),
+    ):
+        result = rlsweep(tmp_path, "diagnose", "tb", *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr and named in " ".join(result.stderr.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

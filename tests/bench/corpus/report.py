@@ -179,7 +179,9 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "verdicts it moved, 3 were fixed and 2 broken, the breaks of the same kind); "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
-        "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs).",
+        "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs). "
+        "Paths: sweep (the callback's signals), diagnose (the plain TensorBoard log alone), diagnose_config "
+        "(the same log with the case's config, as `rlsweep diagnose --hyperparams` reads it).",
         "",
         "Labels: " + ", ".join(f"{k} {v}" for k, v in sorted(d["labels"].items())),
         "",
@@ -189,12 +191,13 @@ def markdown(d: dict[str, Any]) -> list[str]:
             continue
         ran, total = d.get(f"{split}_coverage", (0, 0))
         partial = f" (only {ran} of its {total} cases have runs)" if ran < total else ""
-        for path in ("sweep", "diagnose"):
+        for path in score.PATHS:
             m = d[split][path]
             lines += [
                 f"### {title}, {path} path: accuracy {m['accuracy']:.3f} over {m['runs']} runs{partial}; "
                 f"healthy runs flagged {m['healthy_flagged']}/{m['healthy_runs']}, "
-                f"of which learned {m['learned_flagged']}/{m['learned_runs']}",
+                f"of which learned {m['learned_flagged']}/{m['learned_runs']}; knob patches advised "
+                f"{m['patches_advised']}, of which set a value the run already had {m['patches_repeating_the_config']}",
                 "",
                 "| class | precision | recall | labelled | given | false-stop rate on healthy runs |",
                 "|-|-|-|-|-|-|",

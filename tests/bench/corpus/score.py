@@ -7,7 +7,12 @@ Paths:
 * ``sweep``: the StabilityCallback's own history (every signal it adds), judged as in a sweep;
 * ``diagnose``: the run's plain TensorBoard log (SB3 ``train/*``/``rollout/*`` keys, or
   CleanRL's), with everything the callback adds removed: what ``rlsweep diagnose`` gets from
-  a run trained without rlsweep.
+  a run trained without rlsweep;
+* ``diagnose_config``: the same log with the case's config beside it, read as ``rlsweep
+  diagnose --hyperparams`` reads a YAML mapping of it with the algorithm named.
+
+Each path also counts the knob patches its verdicts advise, and how many of them set a value
+the run already had (the callback's record of the live model decides that).
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ SPLITS = {split: (split,) for split in _WRITTEN} | {
     "seen": _WRITTEN[: _WRITTEN.index(_UNSEEN)],
     "all": _WRITTEN,
 }
+PATHS = ("sweep", "diagnose", "diagnose_config")  # see the module's text
 UNSCORED = ("crash", "unmeasured")  # labels that are not a verdict class (see labels.label)
 TARGETS = ("nan_scale", "dead_policy_gradient", "stuck_value_loss", "entropy_collapse", "exploding_updates")
 _ADDED = ("stability/", "train/grad_norm", "train/grad_clipped_fraction")
@@ -151,6 +157,37 @@ def plain_log_history(run: dict[str, Any]) -> History | None:
     return history_from_scalars(plain, error=run.get("error"))
 
 
+def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | None:
+    """The plain log with the config the case was trained with, read as ``rlsweep diagnose
+    --hyperparams`` reads a YAML mapping of it (the algorithm named, its defaults filling the rest)."""
+    from stability.readers import context_from_hyperparams
+
+    history = plain_log_history(run)
+    if history is not None:
+        history.context.update(context_from_hyperparams(case.get("hyperparams") or {}, case["algo"], case["id"]))
+    return history
+
+
+def repeated_patches(findings: list[Any], had: dict[str, Any]) -> tuple[int, int]:
+    """(patches advised, patches that set a value the run already had), against the context the
+    callback recorded from the live model (what the run really had)."""
+    advised = repeated = 0
+    for finding in findings:
+        for patch in finding.patches:
+            advised += 1
+            for knob, value in patch["patch"].items():
+                if knob == "normalize":
+                    same = bool(value.get("reward")) and bool(had.get("norm_reward"))
+                elif knob in had and not isinstance(value, (dict, list)):
+                    same = had[knob] == value or (
+                        isinstance(value, (int, float)) and math.isclose(float(had[knob]), float(value))
+                    )
+                else:
+                    same = False
+                repeated += same
+    return advised, repeated
+
+
 def reached_at(history: History, thresholds: Thresholds, kind: str) -> int:
     """The env step at which a live run (the callback's checks) first held ``kind`` in its verdict."""
     live = Judge(thresholds)
@@ -201,18 +238,24 @@ def score(
             "split": case["split"],
             "learned": learned,
         }
-        for path, history in (("sweep", sweep_history(run)), ("diagnose", plain_log_history(run))):
+        had = (run.get("history") or {}).get("context") or {}
+        for path, history in (
+            ("sweep", sweep_history(run)),
+            ("diagnose", plain_log_history(run)),
+            ("diagnose_config", config_log_history(run, case)),
+        ):
             if history is None or not len(history):
                 continue
             verdict = judge(history, thresholds)
             row[path] = verdict.verdict
+            row[f"{path}_advised"], row[f"{path}_repeated"] = repeated_patches(verdict.findings, had)
             row[f"{path}_onset"] = verdict.onset_step
             row[f"{path}_certain"] = sorted({f.kind for f in verdict.findings if f.certain})
             if path == "sweep" and verdict.verdict != "healthy":
                 row["sweep_reached"] = reached_at(history, thresholds, verdict.verdict)
                 row["budget"] = history.total_steps
         rows.append(row)
-    return {"rows": rows, "references": refs, "paths": {p: _metrics(rows, p) for p in ("sweep", "diagnose")}}
+    return {"rows": rows, "references": refs, "paths": {p: _metrics(rows, p) for p in PATHS}}
 
 
 def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
@@ -256,6 +299,9 @@ def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
         "per_class": per_class,
         "confusion": {f"{t} -> {p}": v for (t, p), v in sorted(confusion.items())},
         "mechanism_recall": {k: fmean(v) for k, v in sorted(mech.items())},
+        # advice that sets a value the run already had (the callback's record of the live model says)
+        "patches_advised": sum(r.get(f"{path}_advised", 0) for r in scored),
+        "patches_repeating_the_config": sum(r.get(f"{path}_repeated", 0) for r in scored),
         "healthy_flagged": sum(r[path] != "healthy" for r in healthy),
         "healthy_runs": len(healthy),
         # the false stops that cost most: healthy-labelled runs that also learned (see score())
@@ -289,16 +335,18 @@ def main(argv: list[str] | None = None) -> int:
     result = score(load_runs(Path(args.runs)), thresholds, args.split, tuple(args.exclude_env))
     if args.rows:
         for r in result["rows"]:
-            mark = "" if r.get("sweep", r["label"]) == r["label"] and r.get("diagnose") == r["label"] else "  <-- "
+            mark = "" if all(r.get(p, r["label"]) == r["label"] for p in PATHS) else "  <-- "
             print(
                 f"{r['case']:36s} s{r['seed']} {r['intended']:22s} label={r['label']:22s} "
-                f"sweep={r.get('sweep', '-'):22s} diag={r.get('diagnose', '-')}{mark}"
+                f"sweep={r.get('sweep', '-'):22s} diag={r.get('diagnose', '-'):22s} "
+                f"diag+config={r.get('diagnose_config', '-')}{mark}"
             )
     for path, m in result["paths"].items():
         print(
             f"\n[{args.split}] {path}: {m['runs']} runs, accuracy {m['accuracy']:.3f}, "
             f"healthy flagged {m['healthy_flagged']}/{m['healthy_runs']}, "
-            f"of which learned {m['learned_flagged']}/{m['learned_runs']}"
+            f"of which learned {m['learned_flagged']}/{m['learned_runs']}; "
+            f"patches advised {m['patches_advised']}, repeating the config {m['patches_repeating_the_config']}"
         )
         for c, v in m["per_class"].items():
             print(
