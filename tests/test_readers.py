@@ -363,6 +363,7 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     assert (ctx["norm_obs"], ctx["norm_reward"], ctx["weight_decay"], ctx["log_std_init"]) == (True, False, 0.01, -1.0)
     assert context_from_hyperparams({"normalize": {"obs": True}})["norm_reward"] is False
     assert context_from_hyperparams({"normalize": False}) == {"norm_obs": False, "norm_reward": False}
+    assert context_from_hyperparams({"max_grad_norm": "off"})["max_grad_norm"] == math.inf  # no clipping
 
 
 def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) -> None:

@@ -123,6 +123,8 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
         ctx["weight_decay"] = float(options["weight_decay"])
     if isinstance(config.get("weight_decay"), (int, float)) and not isinstance(config["weight_decay"], bool):
         ctx["weight_decay"] = float(config["weight_decay"])  # rlsweep's knob
+    if isinstance(config.get("optimizer"), str):
+        ctx["optimizer"] = config["optimizer"]  # rlsweep's knob, as written
     return ctx
 
 
@@ -239,6 +241,8 @@ def _one_config(loaded: Any, file: Path) -> Mapping[str, Any]:
 def _typed(value: Any, key: str, where: str) -> Any:
     if key == "learning_rate" and isinstance(value, str):
         return None  # a schedule (rl-zoo3's lin_X): the log holds the rate it used at each update
+    if key == "max_grad_norm" and value == "off":
+        return math.inf  # rlsweep's spelling of no clipping (SB3 then clips at an infinite norm)
     if key in _FLAGS:
         if isinstance(value, bool):
             return value

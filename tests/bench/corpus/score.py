@@ -38,7 +38,7 @@ from stability.thresholds import Thresholds  # noqa: E402
 from stability.verdict import Judge, checkpoints, judge  # noqa: E402
 
 # What each --split scores: "seen" is every run whose scores have been read while changing the
-# detectors; "fresh6" to "fresh39" were each fixed before any of their cases ran and scored once (see
+# detectors; "fresh6" to "fresh40" were each fixed before any of their cases ran and scored once (see
 # cases.yaml for the order in which the splits were written, run and read).
 _WRITTEN = (  # every split, in the order it was written
     "calib",
@@ -86,7 +86,7 @@ _WRITTEN = (  # every split, in the order it was written
 )
 # the held-out figure: the split no detector change was made with in view; "seen" is every split
 # written before it, the ones after it are kept for the next changes
-_UNSEEN = "fresh39"
+_UNSEEN = "fresh40"
 SPLITS = {split: (split,) for split in _WRITTEN} | {
     "unseen": (_UNSEEN,),
     "seen": _WRITTEN[: _WRITTEN.index(_UNSEEN)],
@@ -159,33 +159,31 @@ def plain_log_history(run: dict[str, Any]) -> History | None:
 
 def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | None:
     """The plain log with the config the case was trained with, read as ``rlsweep diagnose
-    --hyperparams`` reads a YAML mapping of it (the algorithm named, its defaults filling the rest)."""
+    --hyperparams`` reads a YAML mapping of it (the algorithm named, its defaults filling the rest).
+    A CleanRL-style script's arguments are not SB3's keyword arguments: its log gets no config."""
     from stability.readers import context_from_hyperparams
 
     history = plain_log_history(run)
-    if history is not None:
+    if history is not None and "algo" in case:
         history.context.update(context_from_hyperparams(case.get("hyperparams") or {}, case["algo"], case["id"]))
     return history
 
 
 def repeated_patches(findings: list[Any], had: dict[str, Any]) -> tuple[int, int]:
-    """(patches advised, patches that set a value the run already had), against the context the
-    callback recorded from the live model (what the run really had)."""
-    advised = repeated = 0
-    for finding in findings:
-        for patch in finding.patches:
-            advised += 1
-            for knob, value in patch["patch"].items():
-                if knob == "normalize":
-                    same = bool(value.get("reward")) and bool(had.get("norm_reward"))
-                elif knob in had and not isinstance(value, (dict, list)):
-                    same = had[knob] == value or (
-                        isinstance(value, (int, float)) and math.isclose(float(had[knob]), float(value))
-                    )
-                else:
-                    same = False
-                repeated += same
-    return advised, repeated
+    """(patches advised, patches that change nothing: every knob they set already had that value),
+    against the context the callback recorded from the live model (what the run really had)."""
+
+    def same(knob: str, value: Any) -> bool:
+        if knob == "normalize":
+            return bool(value.get("reward")) and bool(had.get("norm_reward"))
+        if knob not in had or isinstance(value, (dict, list)) or had[knob] is None or value is None:
+            return False
+        if isinstance(value, (int, float)) and isinstance(had[knob], (int, float)):
+            return math.isclose(float(had[knob]), float(value))
+        return bool(had[knob] == value)
+
+    patches = [p["patch"] for f in findings for p in f.patches]
+    return len(patches), sum(all(same(k, v) for k, v in p.items()) for p in patches)
 
 
 def reached_at(history: History, thresholds: Thresholds, kind: str) -> int:
