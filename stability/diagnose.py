@@ -13,12 +13,13 @@ import re
 from pathlib import Path
 
 from stability import keys
-from stability.readers import LogReadError, read_mlflow_run, read_tensorboard
+from stability.readers import LogReadError, context_from_cleanrl_table, read_mlflow_run, read_tensorboard_log
 from stability.signals import History, group_steps
 from stability.thresholds import Thresholds
 from stability.verdict import Verdict, judge
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+LOGGED_CONFIG = "config_from_log"  # context key: the settings read from the log's own record of its config
 
 
 def history_from_scalars(scalars: dict, context: dict | None = None, error: str | None = None) -> History:
@@ -30,6 +31,21 @@ def history_from_scalars(scalars: dict, context: dict | None = None, error: str 
     return history.regroup(group_steps(history.last_step, on_policy))
 
 
+def tensorboard_history(
+    path: Path, error: str | None = None, context: dict | None = None, without: tuple[str, ...] = ()
+) -> History:
+    """The history of a TensorBoard log, less the tags that start with one of ``without``. CleanRL
+    records its arguments in the log itself (a text table): they are the run's context, and a
+    ``context`` the user gives stands over them."""
+    scalars, texts = read_tensorboard_log(path)
+    if without:
+        scalars = {k: v for k, v in scalars.items() if not k.startswith(without)}
+    logged = context_from_cleanrl_table(texts["hyperparameters"], str(path)) if "hyperparameters" in texts else {}
+    if logged:
+        logged[LOGGED_CONFIG] = sorted(logged)
+    return history_from_scalars(scalars, context=logged | (context or {}), error=error)
+
+
 def load_history(
     source: str | Path, error: str | None = None, tracking_uri: str | None = None, context: dict | None = None
 ) -> History:
@@ -37,7 +53,7 @@ def load_history(
     run's config, see :func:`stability.readers.read_config`) stands over what the source records."""
     path = Path(source)
     if path.exists():
-        return history_from_scalars(read_tensorboard(path), context=dict(context or {}), error=error)
+        return tensorboard_history(path, error, context)
     text = str(source)
     if not _RUN_ID.match(text):
         raise LogReadError(
@@ -75,6 +91,10 @@ def diagnose(
             source=str(source),
         )
     verdict = judge(history, thresholds)
+    read = history.context.get(LOGGED_CONFIG)
+    if read:
+        shown = ", ".join(f"{k} {history.context[k]}" for k in read if k in history.context)
+        verdict.notes.append(f"config read from the log's hyperparameters table (CleanRL's): {shown}")
     if plot:
         from stability.plot import plot_signals
 

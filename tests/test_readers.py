@@ -299,6 +299,34 @@ def test_cleanrl_repro_script_logs_cleanrl_tags(tmp_path: Path) -> None:
     assert len(scalars["charts/episodic_return"]) == 2 * (1024 // 200)  # 2 envs, 200-step episodes
     history = History.from_scalars(scalars)
     assert all(len(history.values(n)) == 4 for n in ("value_loss", "clip_fraction", "grad_norm", "entropy"))
+    # CleanRL's own record of its arguments, in the log: diagnose reads it as the run's config
+    from stability.diagnose import diagnose, load_history
+    from stability.readers import context_from_cleanrl_table, read_tensorboard_log
+
+    _, texts = read_tensorboard_log(tmp_path / "run")
+    ctx = context_from_cleanrl_table(texts["hyperparameters"])
+    assert ctx == {
+        "gamma": 0.99,
+        "ent_coef": 0.0,
+        "vf_coef": 0.5,
+        "max_grad_norm": 0.5,
+        "n_steps": 256,
+        "normalize_advantage": True,
+        "weight_decay": 0.1,
+    }  # no learning rate: annealed, a schedule whose values the log holds
+    assert load_history(tmp_path / "run").context["weight_decay"] == 0.1
+    assert load_history(tmp_path / "run", context={"weight_decay": 0.0}).context["weight_decay"] == 0.0
+    notes = diagnose(tmp_path / "run").notes
+    assert any("hyperparameters table" in n and "weight_decay 0.1" in n for n in notes)
+
+
+def test_a_text_that_is_no_cleanrl_table_gives_no_config() -> None:
+    from stability.readers import context_from_cleanrl_table
+
+    assert context_from_cleanrl_table("hello\nworld") == {}
+    assert context_from_cleanrl_table("|param|value|\n|-|-|\n|gamma|high|") == {}  # not SB3's types
+    table = "|param|value|\n|-|-|\n|gamma|0.9|\n|anneal_lr|False|\n|learning_rate|0.001|\n|env_id|Pendulum-v1|"
+    assert context_from_cleanrl_table(table) == {"gamma": 0.9, "learning_rate": 0.001}
 
 
 # --------------------------------------------------------------------------------------------- configs

@@ -5,6 +5,8 @@
   or one file) without TensorFlow; needs the ``tensorboard`` package (for its protobufs).
 * :func:`read_mlflow_run` reads every metric history and the tags of one MLflow run; needs
   ``mlflow``.
+* :func:`read_tensorboard_log` reads the scalars and the text summaries (CleanRL writes its
+  arguments there as a table, which :func:`context_from_cleanrl_table` reads as a context).
 * :func:`read_config` reads the config a run was trained with (an SB3 model ``.zip``, rl-zoo3's
   ``config.yml`` or a YAML mapping of hyperparameters) as the context the detectors read.
 
@@ -17,17 +19,19 @@ mlflow imports happen inside the functions.
 
 from __future__ import annotations
 
-from stability.readers._config import algo_name, context_from_hyperparams, read_config
+from stability.readers._config import algo_name, context_from_cleanrl_table, context_from_hyperparams, read_config
 from stability.readers._errors import LogReadError, LogReadWarning
 from stability.readers._mlflow import read_mlflow_run
-from stability.readers._tensorboard import read_tensorboard
+from stability.readers._tensorboard import read_tensorboard, read_tensorboard_log
 
 __all__ = [
     "LogReadError",
     "LogReadWarning",
     "algo_name",
+    "context_from_cleanrl_table",
     "context_from_hyperparams",
     "read_config",
     "read_mlflow_run",
     "read_tensorboard",
+    "read_tensorboard_log",
 ]

@@ -128,6 +128,36 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
     return ctx
 
 
+# --- CleanRL's own record -------------------------------------------------------------------
+# CleanRL's argument names for what SB3 calls otherwise (the rest are spelt alike)
+_CLEANRL_NAMES = {"num_steps": "n_steps", "norm_adv": "normalize_advantage"}
+
+
+def context_from_cleanrl_table(text: str, source: str = "hyperparameters") -> dict[str, Any]:
+    """The context of the ``|param|value|`` table CleanRL's scripts write into their TensorBoard
+    log (the text summary ``hyperparameters``); empty when the text is no such table. A learning
+    rate annealed to 0 (``anneal_lr``) is a schedule: the log holds the rate of each update."""
+    rows: dict[str, Any] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("param", "") or set(cells[0]) <= {"-"}:
+            continue
+        try:
+            rows[cells[0]] = ast.literal_eval(cells[1])
+        except (ValueError, SyntaxError):
+            rows[cells[0]] = cells[1]
+    config = {_CLEANRL_NAMES.get(k, k): v for k, v in rows.items()}
+    if config.get("anneal_lr"):
+        config.pop("learning_rate", None)
+    config.pop("normalize", None)  # CleanRL's scripts normalise in their own code, under other names
+    try:
+        return context_from_hyperparams(
+            {k: v for k, v in config.items() if k in (*_NUMBERS, *_INTEGERS, *_FLAGS, "weight_decay")}, source=source
+        )
+    except LogReadError:
+        return {}  # a value of another type than SB3's: the table is someone else's, not CleanRL's
+
+
 # --- SB3 model files ---------------------------------------------------------------------
 def _from_model(file: Path, algo: str | None) -> dict[str, Any]:
     try:

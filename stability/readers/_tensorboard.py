@@ -178,6 +178,7 @@ class _File:
     size: int = 0
     events: int = 0
     scalars: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)  # step, wall, value
+    texts: dict[str, str] = field(default_factory=dict)  # tag -> the last text summary written under it
     other_tags: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
 
@@ -220,6 +221,10 @@ def _read_file(path: Path, event_pb2: Any, decode_error: type[Exception]) -> _Fi
                 number = _tensor_scalar(value.tensor)
             if number is None:
                 result.other_tags.add(tag)
+                if kind == "tensor" and plugins.get(tag) == "text" and value.tensor.string_val:
+                    # torch's SummaryWriter.add_text files TAG under "TAG/text_summary"
+                    name = tag.removesuffix("/text_summary")
+                    result.texts[name] = value.tensor.string_val[0].decode("utf-8", errors="replace")
                 continue
             result.scalars.setdefault(tag, []).append((int(event.step), float(event.wall_time), number))
     if undecodable:
@@ -245,6 +250,15 @@ def read_tensorboard(path: str | Path, *, strict: bool = False) -> dict[str, lis
     or (with ``strict=True``) on any problem at all; otherwise problems such as a truncated last
     record are reported as a :class:`LogReadWarning` and the readable part is returned.
     """
+    return read_tensorboard_log(path, strict=strict)[0]
+
+
+def read_tensorboard_log(
+    path: str | Path, *, strict: bool = False
+) -> tuple[dict[str, list[tuple[int, float]]], dict[str, str]]:
+    """:func:`read_tensorboard`'s scalars, and the text summaries beside them (``{tag: text}``,
+    the last one written under each tag, torch's ``/text_summary`` suffix taken off): CleanRL
+    writes its arguments there as a table under ``hyperparameters``."""
     root = Path(path)
     source = str(root)
     try:
@@ -311,4 +325,5 @@ def read_tensorboard(path: str | Path, *, strict: bool = False) -> dict[str, lis
     for tag in sorted(merged):
         points = sorted(merged[tag], key=lambda p: (p[0], p[1]))
         out[tag] = [(step, value) for step, _, value in points]
-    return out
+    texts = {tag: text for r in results for tag, text in r.texts.items()}
+    return out, texts

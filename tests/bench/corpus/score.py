@@ -147,15 +147,15 @@ def _entropy_max(case_id: str) -> float | None:
 
 
 def plain_log_history(run: dict[str, Any]) -> History | None:
-    from stability.diagnose import history_from_scalars
-    from stability.readers import LogReadError, read_tensorboard
+    """What ``rlsweep diagnose`` reads from the run's log, less every signal the callback adds (a
+    CleanRL-style run's own table of its arguments included, as diagnose reads it)."""
+    from stability.diagnose import tensorboard_history
+    from stability.readers import LogReadError
 
     try:
-        scalars = read_tensorboard(run["dir"] / "tb")
+        return tensorboard_history(run["dir"] / "tb", run.get("error"), without=_ADDED)
     except LogReadError:
         return None
-    plain = {k: v for k, v in scalars.items() if not k.startswith(_ADDED)}
-    return history_from_scalars(plain, error=run.get("error"))
 
 
 def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | None:
