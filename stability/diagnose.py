@@ -41,8 +41,8 @@ def tensorboard_history(
     if without:
         scalars = {k: v for k, v in scalars.items() if not k.startswith(without)}
     logged = context_from_cleanrl_table(texts["hyperparameters"], str(path)) if "hyperparameters" in texts else {}
-    if logged:
-        logged[LOGGED_CONFIG] = sorted(logged)
+    if logged:  # the keys the note names: those the user's own config does not stand over
+        logged[LOGGED_CONFIG] = sorted(k for k in logged if k not in (context or {}))
     return history_from_scalars(scalars, context=logged | (context or {}), error=error)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -330,7 +331,8 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
     uri = args.tracking_uri or mlflow_uri_for(None)
     verdict = diagnose(args.path, error, uri, thresholds, plot=args.plot, context=context)
     if args.json:
-        print(json.dumps(verdict.to_dict() | ({"hyperparams_read": context} if context is not None else {})))
+        given = None if context is None else {k: _json_number(v) for k, v in context.items()}
+        print(json.dumps(verdict.to_dict() | ({"hyperparams_read": given} if given is not None else {})))
     else:
         console.print(f"{args.path}", highlight=False)
         if context is not None:
@@ -338,6 +340,11 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
             console.print(f"config ({args.hyperparams or '--algo'}): {read}", highlight=False)
         console.print(verdict.render(), highlight=False, markup=False, soft_wrap=True)
     return 0
+
+
+def _json_number(value: object) -> object:
+    """An infinite float (no gradient clip) as its text: JSON has no infinity."""
+    return str(value) if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def mlflow_uri_for(name: str | None) -> str:

@@ -485,6 +485,10 @@ def test_diagnose_with_the_runs_config_advises_nothing_it_already_had(tmp_path: 
     assert report["hyperparams_read"]["gamma"] == 0.999 and report["hyperparams_read"]["max_grad_norm"] == 0.5
     patches = [p["patch"] for f in report["findings"] for p in f["patches"]]
     assert {"max_grad_norm": 0.5} not in patches and patches  # what is left is still advice
+    (tmp_path / "unclipped.yml").write_text("algo: a2c\nmax_grad_norm: 'off'\n")  # rlsweep's spelling
+    unclipped = rlsweep(tmp_path, "diagnose", "tb", "--json", "--hyperparams", "unclipped.yml")
+    assert unclipped.returncode == 0, unclipped.stderr
+    assert json.loads(unclipped.stdout)["hyperparams_read"]["max_grad_norm"] == "inf"  # strict JSON
     text = rlsweep(tmp_path, "diagnose", "tb", "--hyperparams", "config.yml")
     assert text.returncode == 0 and "config (config.yml): gamma 0.999" in " ".join(text.stdout.split())
 
