@@ -392,6 +392,9 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     assert context_from_hyperparams({"normalize": {"obs": True}})["norm_reward"] is False
     assert context_from_hyperparams({"normalize": False}) == {"norm_obs": False, "norm_reward": False}
     assert context_from_hyperparams({"max_grad_norm": "off"})["max_grad_norm"] == math.inf  # no clipping
+    # an optimizer class named without its weight decay has torch's default: AdamW's is 0.01
+    adamw = context_from_hyperparams({"algo": "ppo", "policy_kwargs": "dict(optimizer_class=th.optim.AdamW)"})
+    assert (adamw["optimizer"], adamw["weight_decay"]) == ("AdamW", 0.01)
 
 
 def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) -> None:

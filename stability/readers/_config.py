@@ -116,11 +116,15 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
     for start in (kwargs.get("log_std_init"), config.get("log_std_init")):  # SB3's place, then rlsweep's knob
         if isinstance(start, (int, float)) and not isinstance(start, bool):
             ctx["log_std_init"] = float(start)
+    options = kwargs.get("optimizer_kwargs") or {}
     if kwargs.get("optimizer_class") is not None:
         ctx["optimizer"] = str(kwargs["optimizer_class"]).rsplit(".", 1)[-1]
-    options = kwargs.get("optimizer_kwargs") or {}
-    if isinstance(options, Mapping) and isinstance(options.get("weight_decay"), (int, float)):
-        ctx["weight_decay"] = float(options["weight_decay"])
+        if not (isinstance(options, Mapping) and "weight_decay" in options):
+            # torch's own default for the class: AdamW decays by 0.01, the others not at all
+            ctx["weight_decay"] = 0.01 if ctx["optimizer"] == "AdamW" else 0.0
+    decay = options.get("weight_decay") if isinstance(options, Mapping) else None
+    if isinstance(decay, (int, float)) and not isinstance(decay, bool):
+        ctx["weight_decay"] = float(decay)
     if isinstance(config.get("weight_decay"), (int, float)) and not isinstance(config["weight_decay"], bool):
         ctx["weight_decay"] = float(config["weight_decay"])  # rlsweep's knob
     if isinstance(config.get("optimizer"), str):
@@ -149,7 +153,6 @@ def context_from_cleanrl_table(text: str, source: str = "hyperparameters") -> di
     config = {_CLEANRL_NAMES.get(k, k): v for k, v in rows.items()}
     if config.get("anneal_lr"):
         config.pop("learning_rate", None)
-    config.pop("normalize", None)  # CleanRL's scripts normalise in their own code, under other names
     try:
         return context_from_hyperparams(
             {k: v for k, v in config.items() if k in (*_NUMBERS, *_INTEGERS, *_FLAGS, "weight_decay")}, source=source
