@@ -84,7 +84,7 @@ def _plain_halves() -> float:
     try:
         started = time.perf_counter()
         halves = [subprocess.Popen([*loop, f"{i}/2"], cwd=cwd, stdout=subprocess.DEVNULL) for i in range(2)]
-        if any(p.wait() != 0 for p in halves):
+        if any([p.wait() != 0 for p in halves]):  # a list: both are waited for, whichever failed
             raise RuntimeError("a plain-loop half failed")
         return round(time.perf_counter() - started, 2)
     finally:

@@ -161,7 +161,8 @@ def plain_log_history(run: dict[str, Any]) -> History | None:
 def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | None:
     """The plain log with the config the case was trained with, read as ``rlsweep diagnose
     --hyperparams`` reads a YAML mapping of it (the algorithm named, its defaults filling the rest).
-    A CleanRL-style script's arguments are not SB3's keyword arguments: its log gets no config."""
+    A CleanRL-style script's arguments are not SB3's keyword arguments: its case adds nothing to
+    the table of them its own log holds (which both diagnose paths read)."""
     from stability.readers import context_from_hyperparams
 
     history = plain_log_history(run)
@@ -298,7 +299,7 @@ def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
         "per_class": per_class,
         "confusion": {f"{t} -> {p}": v for (t, p), v in sorted(confusion.items())},
         "mechanism_recall": {k: fmean(v) for k, v in sorted(mech.items())},
-        # advice that sets a value the run already had (the callback's record of the live model says)
+        # patches that change nothing: every knob already at that value (the callback's record of the live model)
         "patches_advised": sum(r.get(f"{path}_advised", 0) for r in scored),
         "patches_repeating_the_config": sum(r.get(f"{path}_repeated", 0) for r in scored),
         "healthy_flagged": sum(r[path] != "healthy" for r in healthy),
