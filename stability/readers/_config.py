@@ -84,7 +84,8 @@ def read_config(path: str | Path, algo: str | None = None) -> dict[str, Any]:
     if zipfile.is_zipfile(file):
         return _from_model(file, algo)
     try:
-        loaded = yaml.load(file.read_text(encoding="utf-8"), Loader=_ZooLoader)  # noqa: S506 (a SafeLoader)
+        text = file.read_text(encoding="utf-8")
+        loaded = yaml.load(text, Loader=_ZooLoader)  # noqa: S506 (a SafeLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise LogReadError(
             f"{file}: neither an SB3 model (.zip) nor readable YAML ({exc}). Give the run's SB3 model, "
