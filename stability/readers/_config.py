@@ -22,6 +22,8 @@ is allowed.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import json
 import math
 import re
@@ -350,9 +352,6 @@ def _literal(node: ast.expr) -> Any:
 def _defaults(algo: str) -> dict[str, Any]:
     """The algorithm's defaults for the keys the detectors read (its constructor's signature);
     empty where the algorithm's package is not installed."""
-    import importlib
-    import inspect
-
     try:  # heavy (torch): only when a config names an algorithm
         package = importlib.import_module("sb3_contrib" if algo in _CONTRIB else "stable_baselines3")
     except ImportError:
