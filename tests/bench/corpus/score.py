@@ -173,19 +173,12 @@ def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | N
 
 def repeated_patches(findings: list[Any], had: dict[str, Any]) -> tuple[int, int]:
     """(patches advised, patches that change nothing: every knob they set already had that value),
-    against the context the callback recorded from the live model (what the run really had)."""
-
-    def same(knob: str, value: Any) -> bool:
-        if knob == "normalize":
-            return bool(value.get("reward")) and bool(had.get("norm_reward"))
-        if knob not in had or isinstance(value, (dict, list)) or had[knob] is None or value is None:
-            return False
-        if isinstance(value, (int, float)) and isinstance(had[knob], (int, float)):
-            return math.isclose(float(had[knob]), float(value))
-        return bool(had[knob] == value)
+    against the context the callback recorded from the live model (what the run really had). "Had"
+    is the detectors' own test (``advice.make`` makes no patch for a value the run has)."""
+    from stability import advice
 
     patches = [p["patch"] for f in findings for p in f.patches]
-    return len(patches), sum(all(same(k, v) for k, v in p.items()) for p in patches)
+    return len(patches), sum(all(advice.make(had, k, v, "") is None for k, v in p.items()) for p in patches)
 
 
 def reached_at(history: History, thresholds: Thresholds, kind: str) -> int:
