@@ -31,6 +31,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_obs_shape
 
+from stability import references
 from stability.gradients import GradNormMonitor
 from stability.signals import PREFIX, SB3_KEYS, History, group_steps
 from stability.thresholds import Thresholds
@@ -83,6 +84,9 @@ class StabilityCallback(BaseCallback):
     :param grad_norms: record the pre-clip gradient norm (installs a :class:`GradNormMonitor`).
     :param override_keys: ``info`` keys by which an env says it replaced the agent's action (any
         truthy value counts); envs name this in their own ways.
+    :param reference_return: the episode return at which the env counts as learnt (see
+        :mod:`stability.references`); default: the training env's registered ``reward_threshold``
+        where it has one and no wrapper over it may change the reward.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class StabilityCallback(BaseCallback):
         grad_norms: bool = True,
         max_grad_norm: float | None = None,
         override_keys: Iterable[str] = OVERRIDE_KEYS,
+        reference_return: float | None = None,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -115,6 +120,7 @@ class StabilityCallback(BaseCallback):
         self.max_grad_norm = max_grad_norm
         self.override_keys = tuple(override_keys)
         self._override_set = frozenset(self.override_keys)
+        self.reference_return = reference_return
         self.history = History()
         self.verdict = Verdict.empty()
         self._judge = Judge(self.thresholds)
@@ -170,6 +176,7 @@ class StabilityCallback(BaseCallback):
             clip = self.max_grad_norm if self.max_grad_norm is not None else getattr(self.model, "max_grad_norm", None)
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
         self.history.context.update(_context(self.model, self._vecnorm))
+        self.history.context.update(_reference(env, self.reference_return))
         self._weights = _Weights(self.model.policy)
         self.history.total_steps = getattr(self.model, "_total_timesteps", None)
 
@@ -677,6 +684,19 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
         loc = policy.action_net(latent_pi)
     value = float(loc.abs().max())
     return value
+
+
+def _reference(env: Any, given: float | None) -> dict[str, Any]:
+    """The run's reference return and where it came from: the one given, else the training env's
+    registered reward_threshold (read from its first env's spec), else nothing."""
+    if given is not None:
+        return {"reference_return": float(given), "reference_source": references.GIVEN}
+    try:
+        spec = env.get_attr("spec", [0])[0] if env is not None else None
+    except (AttributeError, IndexError, NotImplementedError):
+        spec = None  # a vectorised env that cannot hand its envs' attributes over
+    found = references.registered(spec)
+    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
 
 
 def _context(model: Any, vecnorm: Any) -> dict[str, Any]:

@@ -96,6 +96,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "return_scale": 100.0,
         "value_head_std_max": 0.5,
         "long_horizon_gamma": 0.999,
+        "learned_fraction": 0.2,
     },
     "entropy_collapse": {
         "enabled": True,

@@ -124,6 +124,14 @@ def _parser() -> argparse.ArgumentParser:
     diag.add_argument(
         "--algo", help="the run's algorithm (PPO, A2C, ppo_lstm, ...) where --hyperparams does not name it"
     )
+    diag.add_argument(
+        "--env",
+        help="the Gymnasium id the run trained on, as registered (its reward_threshold, where it has one, is "
+        "the reference return: a run whose policy learns is then not called stuck for a lagging critic)",
+    )
+    diag.add_argument(
+        "--reference-return", type=float, help="the episode return at which the env counts as learnt (over --env's)"
+    )
     return parser
 
 
@@ -321,6 +329,9 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
         context = read_config(args.hyperparams, args.algo)
     elif args.algo:
         context = {"algo": algo_name(args.algo)}
+    reference = _reference(args)
+    if reference:
+        context = (context or {}) | reference
     error = None
     if args.error_file:
         try:
@@ -337,9 +348,31 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{args.path}", highlight=False)
         if context is not None:
             read = ", ".join(f"{k} {v}" for k, v in sorted(context.items())) or "nothing the detectors use"
-            console.print(f"config ({args.hyperparams or '--algo'}): {read}", highlight=False)
+            console.print(f"config ({args.hyperparams or 'command line'}): {read}", highlight=False)
         console.print(verdict.render(), highlight=False, markup=False, soft_wrap=True)
     return 0
+
+
+def _reference(args: argparse.Namespace) -> dict[str, object]:
+    """The reference return ``--reference-return`` gives, else ``--env``'s registered
+    reward_threshold; empty when neither gives one."""
+    from stability import references
+
+    if args.reference_return is not None:
+        if not math.isfinite(args.reference_return):
+            raise UsageError(f"--reference-return {args.reference_return}: give a finite episode return")
+        return {"reference_return": args.reference_return, "reference_source": references.GIVEN}
+    if not args.env:
+        return {}
+    try:
+        found = references.by_id(args.env)
+    except KeyError as exc:
+        raise UsageError(
+            f"--env {args.env}: not a registered Gymnasium id ({exc.args[0]}). Give the id the run trained on "
+            "(for an env of your own, 'package.module:Env-v0' imports its module first), or its reference "
+            "return with --reference-return"
+        ) from None
+    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
 
 
 def _json_number(value: object) -> object:

@@ -20,6 +20,7 @@ def stability_settings(spec: SweepSpec) -> dict[str, Any]:
         "stop_on": list(spec.stability.stop_on),
         "thresholds": spec.stability_thresholds(),
         "override_keys": spec.stability.override_keys,
+        "reference_return": spec.stability.reference_return,
     }
 
 

@@ -215,6 +215,10 @@ class StabilitySpec(_Model):
     thresholds: str | None = None  # a YAML file overriding conf/stability.yaml's defaults
     # info keys by which the env says it replaced the agent's action (None: the built-in list)
     override_keys: list[str] | None = None
+    # the episode return at which the env counts as learnt (None: the env's registered
+    # reward_threshold, where it has one); stuck_value_loss is then a warning on a run that got
+    # learned_fraction of the way to it (see stability.references)
+    reference_return: float | None = Field(None, allow_inf_nan=False)
     repair: RepairSpec = RepairSpec()
 
 

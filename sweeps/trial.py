@@ -179,7 +179,11 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any
     stop_on = settings.get("stop_on", ()) if settings.get("enabled", True) else ()
     keys = settings.get("override_keys")
     return StabilityCallback(
-        thresholds, stop_on=stop_on, max_grad_norm=max_grad_norm, **({"override_keys": keys} if keys else {})
+        thresholds,
+        stop_on=stop_on,
+        max_grad_norm=max_grad_norm,
+        reference_return=settings.get("reference_return"),
+        **({"override_keys": keys} if keys else {}),
     )
 
 

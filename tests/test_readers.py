@@ -494,6 +494,14 @@ def test_diagnose_with_the_runs_config_advises_nothing_it_already_had(tmp_path: 
     assert json.loads(unclipped.stdout)["hyperparams_read"]["max_grad_norm"] == "inf"  # strict JSON
     text = rlsweep(tmp_path, "diagnose", "tb", "--hyperparams", "config.yml")
     assert text.returncode == 0 and "config (config.yml): gamma 0.999" in " ".join(text.stdout.split())
+    # the env's registered reward_threshold as the reference return; a given one stands over it
+    given = ["--env", "CartPole-v1", "--reference-return", "200"]
+    for args, expected in ((["--env", "CartPole-v1"], 475.0), (given, 200.0)):
+        env = rlsweep(tmp_path, "diagnose", "tb", "--json", "--algo", "ppo", *args)
+        assert env.returncode == 0, env.stderr
+        assert json.loads(env.stdout)["hyperparams_read"]["reference_return"] == expected
+    registered_without = rlsweep(tmp_path, "diagnose", "tb", "--json", "--env", "Pendulum-v1")
+    assert registered_without.returncode == 0 and "hyperparams_read" not in json.loads(registered_without.stdout)
 
 
 def test_diagnose_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
@@ -506,6 +514,8 @@ def test_diagnose_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
         (["--hyperparams", "config.yml"], "config.yml: gamma is 'high'"),
         (["--hyperparams", "missing.yml"], "missing.yml: no such file"),
         (["--algo", "reinforce"], "--algo: unknown algorithm 'reinforce'"),
+        (["--env", "Nope-v0"], "--env Nope-v0: not a registered Gymnasium id"),
+        (["--reference-return", "nan"], "--reference-return nan: give a finite episode return"),
     ):
         result = rlsweep(tmp_path, "diagnose", "tb", *args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)

@@ -6,7 +6,9 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -563,6 +565,56 @@ def test_the_critic_measured_against_the_episodes_returns_decides_where_it_is_cl
     # close to the returns over the last window is enough, whatever the half-way window holds
     late_only = [math.nan] * 24 + [0.2] * 16
     assert classify(ppo_history(n, **flat, critic_error=late_only), final=True).verdict == "healthy"
+
+
+def test_a_critic_off_its_returns_beside_a_policy_that_learns_is_a_warning():
+    """The hard negative "a critic lagging a fast-improving policy": with a reference return, a run
+    whose returns got learned_fraction (0.2) of the way to it is not failing for its critic."""
+    n = 40
+    off = {"critic_error": [0.9] * n, "critic_r2": [-3.0] * n}
+    learns = ppo_history(n, **off, ep_return=[20.0 + 12 * i for i in range(n)])  # CartPole: 20 -> 488
+    assert classify(learns, final=True).verdict == "stuck_value_loss"  # without a reference: its own rise says nothing
+    learns.context.update(reference_return=475.0, reference_source="CartPole-v1's registered reward_threshold")
+    verdict = classify(learns, final=True)
+    finding = next(f for f in verdict.findings if f.kind == "stuck_value_loss")
+    assert verdict.verdict == "healthy" and not finding.certain
+    assert "learns regardless" in finding.causes[0] and "CartPole-v1's registered" in finding.causes[0]
+    assert finding.evidence["reference_return"] == 475.0
+    # a rise a sixth of the way (22 -> 96 of 475) is short of it: the critic's failure stands
+    slow = ppo_history(n, **off, ep_return=[20.0 + 2 * i for i in range(n)])
+    slow.context["reference_return"] = 475.0
+    assert classify(slow, final=True).verdict == "stuck_value_loss"
+    # returns that start past the reference and stay there (a reward in negative units, Acrobot's) learnt it
+    solved = ppo_history(n, **off, ep_return=[-95.0 + 3 * math.sin(i) for i in range(n)])
+    solved.context["reference_return"] = -100.0
+    assert classify(solved, final=True).verdict == "healthy"
+    below = ppo_history(n, **off, ep_return=[-400.0 + i for i in range(n)])  # -399 -> -362: an eighth
+    below.context["reference_return"] = -100.0
+    assert classify(below, final=True).verdict == "stuck_value_loss"
+
+
+def test_the_reference_return_is_the_registered_threshold_of_the_returns_the_recorder_sees():
+    """A registered reward_threshold holds unless a wrapper that may change the reward sits
+    between the env and the recorder of its episode returns (SB3's Monitor)."""
+    import gymnasium as gym
+
+    from stability import references
+
+    monitor = "stable_baselines3.common.monitor:Monitor"
+
+    def spec(*entry_points: str) -> Any:
+        wrappers = tuple(gym.envs.registration.WrapperSpec(e.split(":")[1], e, None) for e in entry_points)
+        return replace(gym.spec("CartPole-v1"), additional_wrappers=wrappers)
+
+    assert references.registered(spec(monitor)) == (475.0, "CartPole-v1's registered reward_threshold")
+    assert references.registered(spec("sweeps.repro_envs:DictObservation", monitor)) is not None  # observations only
+    assert references.registered(spec("sweeps.repro_envs:NoisyReward", monitor)) is None  # changes what Monitor sums
+    assert references.registered(spec(monitor, "sweeps.repro_envs:NoisyReward")) is not None  # over it: not seen
+    assert references.registered(spec("no.such.module:Wrapper")) is None  # unknown: it may change the reward
+    assert references.registered(gym.spec("Pendulum-v1")) is None  # registered without one
+    assert references.by_id("Acrobot-v1") == (-100.0, "Acrobot-v1's registered reward_threshold")
+    with pytest.raises(KeyError, match="Nope"):
+        references.by_id("Nope-v0")
 
 
 def test_records_too_few_for_a_window_are_read_together_over_the_second_half():

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from stability import references
 from stability.readers._errors import LogReadError
 
 # SB3 keyword arguments the detectors read, with the type each must have
@@ -157,11 +158,24 @@ def context_from_cleanrl_table(text: str, source: str = "hyperparameters") -> di
     if config.get("anneal_lr"):
         config.pop("learning_rate", None)
     try:
-        return context_from_hyperparams(
+        context = context_from_hyperparams(
             {k: v for k, v in config.items() if k in (*_NUMBERS, *_INTEGERS, *_FLAGS, "weight_decay")}, source=source
         )
     except LogReadError:
         return {}  # a value of another type than SB3's: the table is someone else's, not CleanRL's
+    return context | _registered_reference(rows.get("env_id"))
+
+
+def _registered_reference(env_id: Any) -> dict[str, Any]:
+    """The reference return of the env id a log names, where it is registered with a
+    reward_threshold (CleanRL records its returns by RecordEpisodeStatistics, right over the env)."""
+    if not isinstance(env_id, str):
+        return {}
+    try:
+        found = references.by_id(env_id)
+    except KeyError:
+        return {}  # an env the log's reader cannot import: no reference, as for any unknown env
+    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
 
 
 # --- SB3 model files ---------------------------------------------------------------------

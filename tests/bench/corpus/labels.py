@@ -71,6 +71,9 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
             half["rel_rmse"] >= CRITIC_REL_RMSE
             and end["rel_rmse"] >= CRITIC_REL_RMSE
             and not end.get("r2", math.nan) >= CRITIC_R2
+            # a critic off its targets beside a policy that learns (got half way to the reference)
+            # is the hard negative "a critic lagging a fast-improving policy", not a failure
+            and not (reference_return is not None and learned(rollouts, reference_return))
         )
     collapse = _collapsed(m) and reference_return is not None and stalled(rollouts, reference_return)
     return {
@@ -114,6 +117,14 @@ def _collapsed(m: dict[str, Any]) -> bool:
         if math.isfinite(value) and value < limit:
             return all(math.isfinite(v) and v < 2 * limit for v in values[i:])
     return False
+
+
+def learned(rollouts: dict[str, Any], reference: float) -> bool:
+    """The fresh rollouts' return got at least half the way from the untrained policy's to the
+    reference (measured both ends: not stalled, and not unmeasurable)."""
+    start, end = mean_return(rollouts.get("start")), mean_return(rollouts.get("end"))
+    finite = math.isfinite(start) and math.isfinite(end) and math.isfinite(reference)
+    return finite and not stalled(rollouts, reference)
 
 
 def stalled(rollouts: dict[str, Any], reference: float) -> bool:

@@ -9,7 +9,11 @@ Paths:
   CleanRL's), with everything the callback adds removed: what ``rlsweep diagnose`` gets from
   a run trained without rlsweep;
 * ``diagnose_config``: the same log with the case's config beside it, read as ``rlsweep
-  diagnose --hyperparams`` reads a YAML mapping of it with the algorithm named.
+  diagnose --hyperparams`` reads a YAML mapping of it with the algorithm named, and the env's
+  Gymnasium id as ``--env`` (its registered reward_threshold is the reference return).
+
+The sweep path's reference return is the one the callback records (the training env's registered
+reward_threshold); the plain diagnose path has none (an SB3 log does not name its env).
 
 Each path also counts the knob patches its verdicts advise, and how many of them set a value
 the run already had (the callback's record of the live model decides that).
@@ -118,6 +122,8 @@ def sweep_history(run: dict[str, Any]) -> History | None:
     context = dict(h["context"])
     if "entropy_max" not in context and not context.get("continuous", True):
         context["entropy_max"] = _entropy_max(run["case"])  # runs recorded before the callback noted it
+    if "reference_return" not in context:  # likewise: the env's registered threshold, as the callback reads it
+        context.update(_registered_reference(run["case"]))
     return History(
         steps=h["steps"],
         series={k: (v[0], v[1]) for k, v in h["series"].items()},
@@ -146,6 +152,22 @@ def _entropy_max(case_id: str) -> float | None:
     return _ENTROPY_MAX[case_id]
 
 
+_REFERENCE: dict[str, dict[str, Any]] = {}
+
+
+def _registered_reference(case_id: str) -> dict[str, Any]:
+    """What the callback records of a case's reference return: its training env's registered
+    reward_threshold, where no wrapper under the episode recorder may change the reward."""
+    if case_id not in _REFERENCE:
+        from stability import references
+        from sweeps.envs import env_factory
+
+        case = next(c for c in load_cases() if c["id"] == case_id)
+        found = references.registered(env_factory(case["env"])().spec)
+        _REFERENCE[case_id] = {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
+    return _REFERENCE[case_id]
+
+
 def plain_log_history(run: dict[str, Any]) -> History | None:
     """What ``rlsweep diagnose`` reads from the run's log, less every signal the callback adds (a
     CleanRL-style run's own table of its arguments included, as diagnose reads it)."""
@@ -163,11 +185,17 @@ def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | N
     --hyperparams`` reads a YAML mapping of it (the algorithm named, its defaults filling the rest).
     A CleanRL-style script's arguments are not SB3's keyword arguments: its case adds nothing to
     the table of them its own log holds (which both diagnose paths read)."""
+    from stability import references
     from stability.readers import context_from_hyperparams
 
     history = plain_log_history(run)
     if history is not None and "algo" in case:
         history.context.update(context_from_hyperparams(case.get("hyperparams") or {}, case["algo"], case["id"]))
+        # and --env with the id the case's env is made from, where it is a registered one
+        env_id = case["env"]["id"]
+        found = None if ":" in env_id else references.by_id(env_id)
+        if found is not None:
+            history.context.update(reference_return=found[0], reference_source=found[1])
     return history
 
 
@@ -219,7 +247,7 @@ def score(
         truth = labels.label(run, ref)
         # a privileged fact, never a detector input: the run's fresh rollouts got at least half way
         # from the untrained policy's return to the env's reference (the entropy_collapse rule's bar)
-        learned = ref is not None and math.isfinite(ref) and not labels.stalled(run["measurements"]["rollouts"], ref)
+        learned = ref is not None and labels.learned(run["measurements"]["rollouts"], ref)
         row = {
             "case": run["case"],
             "seed": run["seed"],
