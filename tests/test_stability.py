@@ -388,6 +388,15 @@ def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_fo
     warning = next(f for f in off.findings if f.kind == "stuck_value_loss")
     assert not warning.certain and warning.evidence["explained_variance_only"]
     assert "explained variance alone" in warning.causes[0]
+    # with a reference return the flat returns never approach (0 here), the policy is not learning
+    # either, and explained variance alone then says stuck; with one they reached, it stays a warning
+    short = ppo_history(n, value_loss=[0.5] * n, **common)
+    short.context["reference_return"] = 0.0
+    verdict = classify(short, final=True)
+    assert verdict.verdict == "stuck_value_loss" and "not learning either" in verdict.findings[0].causes[0]
+    reached = ppo_history(n, value_loss=[0.5] * n, **common)
+    reached.context["reference_return"] = -29.5
+    assert classify(reached, final=True).verdict == "healthy"
     # ~0.11 of 9, a third of the scale off and not falling: the loss itself says stuck
     assert classify(ppo_history(n, value_loss=[1.0] * n, **common), final=True).verdict == "stuck_value_loss"
     # ~1e-8 of it: rewards scaled down before the critic, whose targets the episodes do not measure

@@ -83,7 +83,10 @@ callback records), a finding on a run whose episode return at its end got at lea
 ``learned_fraction`` of the way from its return at the start to the reference is a warning, never
 a certain verdict (the critic lagging a fast-improving policy). Without a reference the run's own
 rise says nothing of how far it fell short: returns from 20 to 130 on CartPole are a quarter of
-the way, and the rules above decide.
+the way, and the rules above decide. With a reference the returns got under that fraction of the
+way to, the rules that rest on explained variance alone give a certain verdict rather than a
+warning: beside a policy that is not learning, a critic that never explains its returns is not
+one fitting returns that barely vary about its level (the reason those rules only warn).
 
 Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
 hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
@@ -149,10 +152,11 @@ class StuckValueLoss(Detector):
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
         pinned_beside = bool(evidence.get("pinned_beside_deterministic"))
-        unsure = bool(evidence.get("explained_variance_only")) or pinned_beside
-        learned = final and _learned(history, t, evidence)
-        if learned:
-            causes.insert(0, _learned_message(history.context, evidence))
+        # With a reference return, once the run has ended: True (the policy learns: a warning),
+        # False (it got under learned_fraction of the way: explained variance alone then decides)
+        learned = _learned(history, t, evidence) if final else None
+        ev_only = bool(evidence.get("explained_variance_only")) and learned is not False
+        unsure = ev_only or pinned_beside
         # Certain only once the run has ended, on every path: mid-run, a critic off its targets
         # may still fit them (a learning rate that decays, a critic lagging a policy that
         # improves), and a certain finding stays in the verdict. Before the end it is a warning.
@@ -165,7 +169,7 @@ class StuckValueLoss(Detector):
                 "the critic predicts a constant while the policy is near-deterministic: its episodes "
                 "barely vary, and a constant at their level fits them (a plain log does not show the level)",
             )
-        elif unsure:
+        elif ev_only:
             ratio = evidence["value_loss_over_episode_return_sq"]
             why = (
                 "too large to be in their units (rewards scaled up before the critic): explained variance "
@@ -174,6 +178,10 @@ class StuckValueLoss(Detector):
                 else "explained variance alone says stuck, which a critic fitting targets that barely vary also shows"
             )
             causes.insert(0, f"its loss is {ratio:.2g} of the episodes' squared discounted return: {why}")
+        if learned:  # first: it is why the finding is a warning
+            causes.insert(0, _learned_message(history.context, evidence))
+        elif learned is False and evidence.get("explained_variance_only"):
+            causes.insert(0, _short_message(history.context, evidence))
         if clear:
             message = _off_message(*_clear_error(evidence))
         elif evidence.get("ev_below_mean"):
@@ -268,7 +276,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
 
 
-def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool | None:
     """The run's policy learns despite its critic: with a reference return in the context (the
     spec's, or the env's registered reward threshold), its episode return at the end got at least
     ``learned_fraction`` of the way from its return at the start to it (or past it). Start and end
@@ -279,12 +287,24 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     reference = history.context.get("reference_return")
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
     if not isinstance(reference, (int, float)) or not math.isfinite(reference) or len(returns) < 2:
-        return False
+        return None
     k = min(RETURN_RECORDS, max(1, len(returns) // 4))
     first, last = median(returns[:k]), median(returns[-k:])
     bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
     evidence.update(return_start=first, return_end=last, reference_return=float(reference))
     return last >= bar
+
+
+def _short_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
+    first, last, reference = (evidence[k] for k in ("return_start", "return_end", "reference_return"))
+    source = ctx.get("reference_source")
+    of = f" ({source})" if source else ""
+    share = f" ({(last - first) / (reference - first):.0%} of the way)" if reference > first else ""
+    return (
+        f"the policy is not learning either: its returns went from {first:.4g} to {last:.4g}{share}, short of the "
+        f"reference return {reference:.4g}{of}. Beside it, explained variance that stays near 0 says the critic "
+        "learnt nothing, not that it fits returns which barely vary"
+    )
 
 
 def _learned_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
