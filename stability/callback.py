@@ -120,6 +120,10 @@ class StabilityCallback(BaseCallback):
         self.max_grad_norm = max_grad_norm
         self.override_keys = tuple(override_keys)
         self._override_set = frozenset(self.override_keys)
+        if reference_return is not None and not (
+            isinstance(reference_return, (int, float)) and math.isfinite(reference_return)
+        ):
+            raise ValueError(f"reference_return must be a finite number, but got {reference_return!r}")
         self.reference_return = reference_return
         self.history = History()
         self.verdict = Verdict.empty()
@@ -688,14 +692,19 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
 
 def _reference(env: Any, given: float | None) -> dict[str, Any]:
     """The run's reference return and where it came from: the one given, else the training env's
-    registered reward_threshold (read from its first env's spec), else nothing."""
+    registered reward_threshold (read from its first env's spec), else nothing. The spec is read
+    only in this process (a DummyVecEnv under any VecEnv wrappers): asking a SubprocVecEnv's
+    workers for it pickles it back, and a spec holding a lambda kills the worker; give those
+    runs their reference."""
     if given is not None:
         return {"reference_return": float(given), "reference_source": references.GIVEN}
-    try:
-        spec = env.get_attr("spec", [0])[0] if env is not None else None
-    except (AttributeError, IndexError, NotImplementedError):
-        spec = None  # a vectorised env that cannot hand its envs' attributes over
-    found = references.registered(spec)
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    inner = env
+    while inner is not None and not isinstance(inner, DummyVecEnv):
+        inner = getattr(inner, "venv", None)  # VecEnv wrappers (VecNormalize, VecFrameStack, ...)
+    envs = getattr(inner, "envs", None) or [None]
+    found = references.registered(getattr(envs[0], "spec", None))
     return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
 
 

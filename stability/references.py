@@ -5,58 +5,89 @@ learns is a warning, not a failure).
 Given by the user (the sweep's ``stability.reference_return``, ``rlsweep diagnose
 --reference-return``), or read from Gymnasium's registry: the ``reward_threshold`` an env id is
 registered with (CartPole-v1 475, Acrobot-v1 -100, MountainCarContinuous-v0 90; Pendulum-v1 has
-none). A registered threshold holds for the env as registered: a wrapper over it that may change
-the reward (anything but an observation or action wrapper) leaves the run without one.
+none). A registered threshold holds for the returns of the env as registered: an env made with
+other keyword arguments or another time limit (``max_episode_steps``, CartPole's
+``sutton_barto_reward``) has none, and so has one with a wrapper between the env and the outermost
+recorder of its episode returns (SB3's Monitor, Gymnasium's RecordEpisodeStatistics) that may
+change the reward: anything but an observation or action wrapper.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any
 
 GIVEN = "given"
 
+# The wrappers that record the episode returns the detectors read (SB3's and CleanRL's)...
+_RECORDERS = frozenset(
+    {"stable_baselines3.common.monitor:Monitor", "gymnasium.wrappers.common:RecordEpisodeStatistics"}
+)
+# ... and others that pass the reward and the episode's end on as the env gave them (the checks
+# gym.make adds). A TimeLimit is not among them: another limit changes what a return can reach.
+_REWARD_KEPT = _RECORDERS | frozenset(
+    {"gymnasium.wrappers.common:OrderEnforcing", "gymnasium.wrappers.common:PassiveEnvChecker"}
+)
+
 
 def registered(spec: Any) -> tuple[float, str] | None:
     """``(reward_threshold, source)`` of a Gymnasium ``EnvSpec`` (an env's ``spec``), or None when it
-    has none, or when a wrapper recorded over it may change the reward."""
+    has none, when the env was made otherwise than registered, or when a wrapper under the outermost
+    recorder of its returns may change the reward."""
     threshold = getattr(spec, "reward_threshold", None)
     if not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
         return None
-    for wrapper in getattr(spec, "additional_wrappers", ()) or ():  # innermost first
-        entry_point = getattr(wrapper, "entry_point", "")
-        if entry_point in _RECORDERS:
-            break  # the episode returns are recorded here: what wraps over it does not reach them
-        if not _leaves_reward(entry_point):
-            return None
+    if not _as_registered(spec):
+        return None
+    # innermost first
+    wrappers = [getattr(w, "entry_point", "") for w in getattr(spec, "additional_wrappers", ()) or ()]
+    recorded = [i for i, entry_point in enumerate(wrappers) if entry_point in _RECORDERS]
+    below = wrappers[: recorded[-1]] if recorded else wrappers  # what reaches the returns it records
+    if not all(_leaves_reward(entry_point) for entry_point in below):
+        return None
     return float(threshold), f"{spec.id}'s registered reward_threshold"
 
 
-def by_id(env_id: str) -> tuple[float, str] | None:
+def by_id(env_id: str, import_module: bool = False) -> tuple[float, str] | None:
     """The registered reward_threshold of a Gymnasium env id; None when it is registered without
-    one. Raises ``KeyError`` for an id that is not registered (after importing its module, for
-    ``module:Env-v0`` ids)."""
+    one. A ``package.module:Env-v0`` id imports its module first (registering the env) only with
+    ``import_module``: an id read from a log file imports nothing. Raises ``KeyError`` for an id
+    that is not registered."""
     import gymnasium as gym
 
+    name = env_id
+    if ":" in env_id:
+        module, name = env_id.split(":", 1)
+        if not import_module:
+            raise KeyError(f"{env_id}: its module is not imported here")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise KeyError(f"{env_id}: cannot import {module} ({exc})") from None
     try:
-        spec = gym.spec(env_id)
+        spec = gym.spec(name)
     except gym.error.Error as exc:
         raise KeyError(f"{env_id}: {exc}") from None
     return registered(spec)
 
 
-# The wrappers that record the episode returns the detectors read (SB3's and CleanRL's)...
-_RECORDERS = frozenset(
-    {"stable_baselines3.common.monitor:Monitor", "gymnasium.wrappers.common:RecordEpisodeStatistics"}
-)
-# ... and others that pass the reward on as the env paid it (the checks gym.make adds).
-_REWARD_KEPT = _RECORDERS | frozenset(
-    {
-        "gymnasium.wrappers.common:TimeLimit",
-        "gymnasium.wrappers.common:OrderEnforcing",
-        "gymnasium.wrappers.common:PassiveEnvChecker",
-    }
-)
+_DISPLAY_ONLY = frozenset({"render_mode"})  # keyword arguments that change nothing of the returns (SB3 sets it)
+
+
+def _as_registered(spec: Any) -> bool:
+    """The env was made with the keyword arguments and time limit it is registered with."""
+    import gymnasium as gym
+
+    try:
+        base = gym.spec(spec.id)
+    except (gym.error.Error, AttributeError, TypeError):
+        return False
+
+    def kwargs(of: Any) -> dict[str, Any]:
+        return {k: v for k, v in (of.kwargs or {}).items() if k not in _DISPLAY_ONLY}
+
+    return bool(kwargs(spec) == kwargs(base) and spec.max_episode_steps == base.max_episode_steps)
 
 
 def _leaves_reward(entry_point: Any) -> bool:

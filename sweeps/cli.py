@@ -130,7 +130,10 @@ def _parser() -> argparse.ArgumentParser:
         "the reference return: a run whose policy learns is then not called stuck for a lagging critic)",
     )
     diag.add_argument(
-        "--reference-return", type=float, help="the episode return at which the env counts as learnt (over --env's)"
+        "--reference-return",
+        type=float,
+        help="the episode return at which the env counts as learnt (over --env's); a negative one as "
+        "--reference-return=-100",
     )
     return parser
 
@@ -358,20 +361,26 @@ def _reference(args: argparse.Namespace) -> dict[str, object]:
     reward_threshold; empty when neither gives one."""
     from stability import references
 
+    found = None
+    if args.env is not None:
+        try:
+            found = references.by_id(args.env, import_module=True)
+        except KeyError as exc:
+            raise UsageError(
+                f"--env {args.env}: not a registered Gymnasium id ({exc.args[0]}). Give the id the run trained "
+                "on (for an env of your own, 'package.module:Env-v0' imports its module first), or its reference "
+                "return with --reference-return"
+            ) from None
+        if found is None and args.reference_return is None:
+            print(
+                f"note: {args.env} is registered without a reward_threshold: no reference return "
+                "(give one with --reference-return)",
+                file=sys.stderr,
+            )
     if args.reference_return is not None:
         if not math.isfinite(args.reference_return):
             raise UsageError(f"--reference-return {args.reference_return}: give a finite episode return")
         return {"reference_return": args.reference_return, "reference_source": references.GIVEN}
-    if not args.env:
-        return {}
-    try:
-        found = references.by_id(args.env)
-    except KeyError as exc:
-        raise UsageError(
-            f"--env {args.env}: not a registered Gymnasium id ({exc.args[0]}). Give the id the run trained on "
-            "(for an env of your own, 'package.module:Env-v0' imports its module first), or its reference "
-            "return with --reference-return"
-        ) from None
     return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
 
 

@@ -502,6 +502,7 @@ def test_diagnose_with_the_runs_config_advises_nothing_it_already_had(tmp_path: 
         assert json.loads(env.stdout)["hyperparams_read"]["reference_return"] == expected
     registered_without = rlsweep(tmp_path, "diagnose", "tb", "--json", "--env", "Pendulum-v1")
     assert registered_without.returncode == 0 and "hyperparams_read" not in json.loads(registered_without.stdout)
+    assert "Pendulum-v1 is registered without a reward_threshold" in registered_without.stderr
 
 
 def test_diagnose_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
@@ -515,6 +516,7 @@ def test_diagnose_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
         (["--hyperparams", "missing.yml"], "missing.yml: no such file"),
         (["--algo", "reinforce"], "--algo: unknown algorithm 'reinforce'"),
         (["--env", "Nope-v0"], "--env Nope-v0: not a registered Gymnasium id"),
+        (["--env", "Nope-v0", "--reference-return", "5"], "--env Nope-v0: not a registered Gymnasium id"),
         (["--reference-return", "nan"], "--reference-return nan: give a finite episode return"),
     ):
         result = rlsweep(tmp_path, "diagnose", "tb", *args)

@@ -396,7 +396,10 @@ def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_fo
     assert verdict.verdict == "stuck_value_loss" and "not learning either" in verdict.findings[0].causes[0]
     reached = ppo_history(n, value_loss=[0.5] * n, **common)
     reached.context["reference_return"] = -29.5
-    assert classify(reached, final=True).verdict == "healthy"
+    verdict = classify(reached, final=True)
+    assert verdict.verdict == "healthy"
+    warning = next(f for f in verdict.findings if f.kind == "stuck_value_loss")
+    assert not warning.certain and "at or past the reference return -29.5" in warning.causes[0]
     # ~0.11 of 9, a third of the scale off and not falling: the loss itself says stuck
     assert classify(ppo_history(n, value_loss=[1.0] * n, **common), final=True).verdict == "stuck_value_loss"
     # ~1e-8 of it: rewards scaled down before the critic, whose targets the episodes do not measure
@@ -620,10 +623,56 @@ def test_the_reference_return_is_the_registered_threshold_of_the_returns_the_rec
     assert references.registered(spec("sweeps.repro_envs:NoisyReward", monitor)) is None  # changes what Monitor sums
     assert references.registered(spec(monitor, "sweeps.repro_envs:NoisyReward")) is not None  # over it: not seen
     assert references.registered(spec("no.such.module:Wrapper")) is None  # unknown: it may change the reward
+    # SB3 logs the outermost Monitor's returns: a reward wrapper under it counts, under an inner recorder too
+    inner = "gymnasium.wrappers.common:RecordEpisodeStatistics"
+    assert references.registered(spec(inner, "sweeps.repro_envs:NoisyReward", monitor)) is None
+    # made otherwise than registered: another time limit, another keyword argument, a TimeLimit added
+    assert references.registered(gym.make("CartPole-v1", max_episode_steps=100).spec) is None
+    assert references.registered(gym.make("CartPole-v1", sutton_barto_reward=True).spec) is None
+    assert references.registered(spec("gymnasium.wrappers.common:TimeLimit", monitor)) is None
+    assert references.registered(gym.make("CartPole-v1", render_mode="rgb_array").spec) is not None  # display only
     assert references.registered(gym.spec("Pendulum-v1")) is None  # registered without one
     assert references.by_id("Acrobot-v1") == (-100.0, "Acrobot-v1's registered reward_threshold")
     with pytest.raises(KeyError, match="Nope"):
         references.by_id("Nope-v0")
+    with pytest.raises(KeyError, match="not imported"):  # an id read from a log imports nothing
+        references.by_id("stability.references:CartPole-v1")
+
+
+def test_a_module_env_id_is_registered_by_importing_its_module(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from stability import references
+
+    (tmp_path / "rlsweep_test_envs.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register('RlsweepRefTest-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv', "
+        "reward_threshold=123.0, max_episode_steps=50)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert references.by_id("rlsweep_test_envs:RlsweepRefTest-v0", import_module=True)[0] == 123.0
+        with pytest.raises(KeyError, match="cannot import"):
+            references.by_id("no_such_module_here:Env-v0", import_module=True)
+    finally:
+        gym.registry.pop("RlsweepRefTest-v0", None)
+
+
+def test_a_reference_return_given_to_the_callback_must_be_a_number():
+    from stability import StabilityCallback
+
+    for bad in (math.nan, math.inf, "475"):
+        with pytest.raises(ValueError, match="reference_return must be a finite number"):
+            StabilityCallback(reference_return=bad)  # type: ignore[arg-type]
+
+
+def test_a_cleanrl_table_names_its_env_and_so_its_reference():
+    from stability.readers import context_from_cleanrl_table
+
+    table = "|param|value|\n|-|-|\n|env_id|CartPole-v1|\n|gamma|0.99|\n"
+    assert context_from_cleanrl_table(table)["reference_return"] == 475.0
+    assert "reference_return" not in context_from_cleanrl_table(table.replace("CartPole-v1", "Pendulum-v1"))
+    assert "reference_return" not in context_from_cleanrl_table(table.replace("CartPole-v1", "my.envs:Cart-v0"))
 
 
 def test_records_too_few_for_a_window_are_read_together_over_the_second_half():

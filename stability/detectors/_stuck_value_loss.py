@@ -279,11 +279,12 @@ RETURN_RECORDS = 3  # records read at each end of a run for its return there
 def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool | None:
     """The run's policy learns despite its critic: with a reference return in the context (the
     spec's, or the env's registered reward threshold), its episode return at the end got at least
-    ``learned_fraction`` of the way from its return at the start to it (or past it). Start and end
-    are the medians of the first and last ``RETURN_RECORDS`` records (each already a mean over the
-    last 100 episodes, so it lags the policy; a window's median would lag it further: the
-    quickstart's gamma 0.999 trial logs 38 -> 163 over its first and last quarters, 18 -> 186 at its
-    ends, and its policy returns 450-500 when evaluated)."""
+    ``learned_fraction`` of the way from its return at the start to it (or reached it, where it
+    started at or past it). Start and end are the medians of the first and last ``RETURN_RECORDS``
+    records (in SB3 logs each is already a mean over the last 100 episodes, so it lags the policy;
+    a window's median would lag it further: the quickstart's gamma 0.999 trial logs 38 -> 163 over
+    its first and last quarters, 18 -> 186 at its ends, and its policy returns 450-500 when
+    evaluated). None without a reference."""
     reference = history.context.get("reference_return")
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
     if not isinstance(reference, (int, float)) or not math.isfinite(reference) or len(returns) < 2:
@@ -311,11 +312,14 @@ def _learned_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
     first, last, reference = (evidence[k] for k in ("return_start", "return_end", "reference_return"))
     source = ctx.get("reference_source")
     of = f" ({source})" if source else ""
-    share = f", {(last - first) / (reference - first):.0%} of the way" if reference > first else ""
+    where = (
+        f"rose from {first:.4g} to {last:.4g}, {(last - first) / (reference - first):.0%} of the way to"
+        if reference > first
+        else f"went from {first:.4g} to {last:.4g}, at or past"
+    )
     return (
-        f"the policy learns regardless: its returns rose from {first:.4g} to {last:.4g}{share} to the "
-        f"reference return {reference:.4g}{of}. A critic that lags a policy which learns is a warning, "
-        "not a failure"
+        f"the policy learns regardless: its returns {where} the reference return {reference:.4g}{of}. "
+        "A critic that lags a policy which learns is a warning, not a failure"
     )
 
 

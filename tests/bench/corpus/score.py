@@ -13,7 +13,8 @@ Paths:
   Gymnasium id as ``--env`` (its registered reward_threshold is the reference return).
 
 The sweep path's reference return is the one the callback records (the training env's registered
-reward_threshold); the plain diagnose path has none (an SB3 log does not name its env).
+reward_threshold); the plain diagnose path has one only where the log names its env (CleanRL's
+table of arguments does; an SB3 log does not).
 
 Each path also counts the knob patches its verdicts advise, and how many of them set a value
 the run already had (the callback's record of the live model decides that).
@@ -166,7 +167,9 @@ def _registered_reference(case_id: str) -> dict[str, Any]:
         from sweeps.envs import env_factory
 
         case = next(c for c in load_cases() if c["id"] == case_id)
-        found = references.registered(env_factory(case["env"])().spec)
+        env = env_factory(case["env"])()
+        found = references.registered(env.spec)
+        env.close()
         _REFERENCE[case_id] = {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
     return _REFERENCE[case_id]
 
