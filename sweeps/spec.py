@@ -221,6 +221,13 @@ class StabilitySpec(_Model):
     reference_return: float | None = Field(None, allow_inf_nan=False)
     repair: RepairSpec = RepairSpec()
 
+    @field_validator("reference_return", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("give the episode return as a number, not true/false")
+        return v
+
 
 class ResourcesSpec(_Model):
     """What one trial seed holds while it runs (Ray backend): CPUs and a share of a GPU."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -290,6 +291,8 @@ BAD = [
         "did you mean 'nan_scale'",
     ),
     ("bad clip_range schedule", _with("hyperparams.clip_range", "cos_0.2"), "hyperparams.clip_range", "lin_X"),
+    ("reference return true", _with("stability.reference_return", True), "stability.reference_return", "a number"),
+    ("reference return nan", _with("stability.reference_return", math.nan), "stability.reference_return", "finite"),
     ("time budget unit", _with("time_budget", "2 weeks"), "time_budget", "units s, m, h, d"),
     ("time budget zero", _with("time_budget", 0), "time_budget", "positive"),
     ("time budget list", _with("time_budget", [1]), "time_budget", "'90m'"),

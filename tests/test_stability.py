@@ -658,6 +658,17 @@ def test_a_module_env_id_is_registered_by_importing_its_module(tmp_path, monkeyp
         gym.registry.pop("RlsweepRefTest-v0", None)
 
 
+def test_an_rl_zoo_file_keyed_by_env_id_gives_that_envs_reference(tmp_path):
+    from stability.readers import read_config
+
+    (tmp_path / "ppo.yml").write_text("CartPole-v1:\n  n_steps: 32\n  gamma: 0.98\n")
+    assert read_config(tmp_path / "ppo.yml", "ppo")["reference_return"] == 475.0
+    (tmp_path / "plain.yml").write_text("n_steps: 32\ngamma: 0.98\n")  # no env named: none
+    assert "reference_return" not in read_config(tmp_path / "plain.yml", "ppo")
+    (tmp_path / "custom.yml").write_text("my.envs:Cart-v0:\n  n_steps: 32\n")  # a module is never imported
+    assert "reference_return" not in read_config(tmp_path / "custom.yml", "ppo")
+
+
 def test_a_reference_return_given_to_the_callback_must_be_a_number():
     from stability import StabilityCallback
 

@@ -95,7 +95,9 @@ def read_config(path: str | Path, algo: str | None = None) -> dict[str, Any]:
             "rl-zoo3's config.yml or a YAML mapping of its hyperparameters",
             source=str(file),
         ) from None
-    return context_from_hyperparams(_one_config(loaded, file), algo, str(file))
+    config, env_id = _one_config(loaded, file)
+    # an rl-zoo3 hyperparameter file is keyed by the env id: its registered threshold, if any
+    return context_from_hyperparams(config, algo, str(file)) | _registered_reference(env_id)
 
 
 def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None, source: str = "") -> dict[str, Any]:
@@ -260,9 +262,9 @@ def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
 _ZooLoader.add_constructor(_ZOO_TAG, _ordered_dict)
 
 
-def _one_config(loaded: Any, file: Path) -> Mapping[str, Any]:
-    """The mapping of hyperparameters: the file's own, or the one entry of an rl-zoo3
-    hyperparameter file keyed by env id."""
+def _one_config(loaded: Any, file: Path) -> tuple[Mapping[str, Any], str | None]:
+    """The mapping of hyperparameters and the env id it is keyed by: the file's own (no env id),
+    or the one entry of an rl-zoo3 hyperparameter file keyed by env id."""
     if not isinstance(loaded, Mapping) or not loaded:
         raise LogReadError(
             f"{file}: expected a mapping of the run's hyperparameters (gamma, n_steps, ...), got "
@@ -271,10 +273,10 @@ def _one_config(loaded: Any, file: Path) -> Mapping[str, Any]:
         )
     known = set(_NUMBERS + _INTEGERS + _FLAGS) | {"normalize", "policy_kwargs", "algo", "n_envs", "policy"}
     if known & set(loaded):
-        return loaded
+        return loaded, None
     entries = [k for k, v in loaded.items() if isinstance(v, Mapping)]
     if len(entries) == 1:
-        return loaded[entries[0]]
+        return loaded[entries[0]], str(entries[0])
     raise LogReadError(
         f"{file}: no hyperparameter at the top level, and "
         + (
