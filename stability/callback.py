@@ -697,15 +697,14 @@ def _reference(env: Any, given: float | None) -> dict[str, Any]:
     workers for it pickles it back, and a spec holding a lambda kills the worker; give those
     runs their reference."""
     if given is not None:
-        return {"reference_return": float(given), "reference_source": references.GIVEN}
+        return references.context((float(given), references.GIVEN))
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     inner = env
     while inner is not None and not isinstance(inner, DummyVecEnv):
         inner = getattr(inner, "venv", None)  # VecEnv wrappers (VecNormalize, VecFrameStack, ...)
     envs = getattr(inner, "envs", None) or [None]
-    found = references.registered(getattr(envs[0], "spec", None))
-    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
+    return references.context(references.registered(getattr(envs[0], "spec", None)))
 
 
 def _context(model: Any, vecnorm: Any) -> dict[str, Any]:

@@ -72,6 +72,23 @@ def by_id(env_id: str, import_module: bool = False) -> tuple[float, str] | None:
     return registered(spec)
 
 
+def context(found: tuple[float, str] | None) -> dict[str, Any]:
+    """A reference as the run-context keys the detectors read (``reference_return``,
+    ``reference_source``); empty for None."""
+    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
+
+
+def named(env_id: Any) -> dict[str, Any]:
+    """The context of the env id a file or log names: its registered threshold, else empty (an id
+    that is not registered, or names a module, which is never imported for it)."""
+    if not isinstance(env_id, str):
+        return {}
+    try:
+        return context(by_id(env_id))
+    except KeyError:
+        return {}
+
+
 _DISPLAY_ONLY = frozenset({"render_mode"})  # keyword arguments that change nothing of the returns (SB3 sets it)
 
 

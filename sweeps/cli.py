@@ -380,8 +380,8 @@ def _reference(args: argparse.Namespace) -> dict[str, object]:
     if args.reference_return is not None:
         if not math.isfinite(args.reference_return):
             raise UsageError(f"--reference-return {args.reference_return}: give a finite episode return")
-        return {"reference_return": args.reference_return, "reference_source": references.GIVEN}
-    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
+        return references.context((args.reference_return, references.GIVEN))
+    return references.context(found)
 
 
 def _json_number(value: object) -> object:

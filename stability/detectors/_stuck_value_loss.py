@@ -296,10 +296,15 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     return last >= bar
 
 
-def _short_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
+def _returns_read(ctx: dict[str, Any], evidence: dict[str, Any]) -> tuple[float, float, float, str]:
+    """What :func:`_learned` read (start, end, reference) and the reference's source, as text."""
     first, last, reference = (evidence[k] for k in ("return_start", "return_end", "reference_return"))
     source = ctx.get("reference_source")
-    of = f" ({source})" if source else ""
+    return first, last, reference, f" ({source})" if source else ""
+
+
+def _short_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
+    first, last, reference, of = _returns_read(ctx, evidence)
     share = f" ({(last - first) / (reference - first):.0%} of the way)" if reference > first else ""
     return (
         f"the policy is not learning either: its returns went from {first:.4g} to {last:.4g}{share}, short of the "
@@ -309,9 +314,7 @@ def _short_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
 
 
 def _learned_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
-    first, last, reference = (evidence[k] for k in ("return_start", "return_end", "reference_return"))
-    source = ctx.get("reference_source")
-    of = f" ({source})" if source else ""
+    first, last, reference, of = _returns_read(ctx, evidence)
     where = (
         f"rose from {first:.4g} to {last:.4g}, {(last - first) / (reference - first):.0%} of the way to"
         if reference > first

@@ -97,7 +97,7 @@ def read_config(path: str | Path, algo: str | None = None) -> dict[str, Any]:
         ) from None
     config, env_id = _one_config(loaded, file)
     # an rl-zoo3 hyperparameter file is keyed by the env id: its registered threshold, if any
-    return context_from_hyperparams(config, algo, str(file)) | _registered_reference(env_id)
+    return context_from_hyperparams(config, algo, str(file)) | references.named(env_id)
 
 
 def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None, source: str = "") -> dict[str, Any]:
@@ -165,19 +165,8 @@ def context_from_cleanrl_table(text: str, source: str = "hyperparameters") -> di
         )
     except LogReadError:
         return {}  # a value of another type than SB3's: the table is someone else's, not CleanRL's
-    return context | _registered_reference(rows.get("env_id"))
-
-
-def _registered_reference(env_id: Any) -> dict[str, Any]:
-    """The reference return of the env id a log names, where it is registered with a
-    reward_threshold (CleanRL records its returns by RecordEpisodeStatistics, right over the env)."""
-    if not isinstance(env_id, str):
-        return {}
-    try:
-        found = references.by_id(env_id)
-    except KeyError:
-        return {}  # an env the log's reader cannot import: no reference, as for any unknown env
-    return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
+    # CleanRL records its returns by RecordEpisodeStatistics, right over the env
+    return context | references.named(rows.get("env_id"))
 
 
 # --- SB3 model files ---------------------------------------------------------------------

@@ -168,9 +168,8 @@ def _registered_reference(case_id: str) -> dict[str, Any]:
 
         case = next(c for c in load_cases() if c["id"] == case_id)
         env = env_factory(case["env"])()
-        found = references.registered(env.spec)
+        _REFERENCE[case_id] = references.context(references.registered(env.spec))
         env.close()
-        _REFERENCE[case_id] = {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
     return _REFERENCE[case_id]
 
 
@@ -198,10 +197,7 @@ def config_log_history(run: dict[str, Any], case: dict[str, Any]) -> History | N
     if history is not None and "algo" in case:
         history.context.update(context_from_hyperparams(case.get("hyperparams") or {}, case["algo"], case["id"]))
         # and --env with the id the case's env is made from, where it is a registered one
-        env_id = case["env"]["id"]
-        found = None if ":" in env_id else references.by_id(env_id)
-        if found is not None:
-            history.context.update(reference_return=found[0], reference_source=found[1])
+        history.context.update(references.named(case["env"]["id"]))
     return history
 
 
