@@ -46,6 +46,7 @@ _TRAIN_KEYS = frozenset(key for key in SB3_KEYS if key.startswith("train/"))
 # Signals the callback computes itself (everything else comes from ``train/*``).
 OWN = (
     "ep_return",
+    "ep_return_recent",
     "ep_length",
     "log_std_min",
     "log_std_max",
@@ -148,6 +149,7 @@ class StabilityCallback(BaseCallback):
         self._probe_obs: Any = None
         self._weights: _Weights | None = None  # the policy's parameters at the last commit
         self._episodes: EpisodeReturns | None = None  # on-policy: the critic against finished episodes
+        self._recent_returns: list[float] = []  # returns of the episodes ended since the last commit
 
     # Parameter finiteness and the action mean are probed every PROBE_EVERY updates (and on any
     # non-finite loss): each probe costs a forward pass, which matters for A2C's tiny updates.
@@ -197,8 +199,13 @@ class StabilityCallback(BaseCallback):
         self._override_total += len(infos)
         keys = self._override_set
         for info in infos:
-            if info and not keys.isdisjoint(info) and any(info.get(key) for key in keys):
+            if not info:
+                continue
+            if not keys.isdisjoint(info) and any(info.get(key) for key in keys):
                 self._overrides += 1
+            episode = info.get("episode")  # the Monitor's record of an episode that ended at this step
+            if isinstance(episode, dict) and "r" in episode:
+                self._recent_returns.append(float(episode["r"]))
         return not self._stop
 
     def _note_env_nonfinite(self, what: str, step: int, actions: Any) -> None:
@@ -343,6 +350,9 @@ class StabilityCallback(BaseCallback):
         if episodes:  # what SB3 logs as rollout/ep_rew_mean, but for this very update
             signals["ep_return"] = float(sum(e["r"] for e in episodes)) / len(episodes)
             signals["ep_length"] = float(sum(e["l"] for e in episodes)) / len(episodes)
+        if self._recent_returns:  # ep_return is over the last 100 episodes: it lags the policy by as many
+            signals["ep_return_recent"] = sum(self._recent_returns) / len(self._recent_returns)
+            self._recent_returns = []
         probe = len(self.history) % self.PROBE_EVERY == 0 or not all(math.isfinite(v) for v in signals.values())
         signals.update(_policy_signals(self.model.policy, check_params=probe))
         ratio = self._weights.moved(recheck=probe) if self._weights is not None else None

@@ -31,6 +31,9 @@ Canonical signals (per update unless noted):
 ``reward_distinct``         number of distinct raw reward values in the rollout
 ``override_fraction``       fraction of steps whose ``info`` says the env overrode the action
 ``ep_return``               mean episodic return reported by the run
+``ep_return_recent``        mean return of the episodes ended since the last record (callback);
+                            SB3's ep_return is over the last 100 episodes and lags the policy
+                            by as many (most of a run of 1000-step episodes)
 ``ep_length``               mean episode length reported by the run
 ``learning_rate``           current learning rate
 ==========================  ===============================================================
@@ -78,6 +81,7 @@ CANONICAL = (
     "reward_distinct",
     "override_fraction",
     "ep_return",
+    "ep_return_recent",
     "ep_length",
     "learning_rate",
     "clip_range",

@@ -605,6 +605,54 @@ def test_a_critic_off_its_returns_beside_a_policy_that_learns_is_a_warning():
     assert classify(below, final=True).verdict == "stuck_value_loss"
 
 
+def test_the_return_at_a_runs_end_is_its_recent_episodes_where_the_callback_recorded_them():
+    """SB3's ep_return is a mean over the last 100 episodes: on 1000-step episodes it spans most of a
+    run and lags a policy that has learnt. The callback's ep_return_recent (the episodes ended
+    since its record before) is the policy's return at the end where there are enough records."""
+    n = 40
+    off = {"critic_error": [0.9] * n, "critic_r2": [-3.0] * n}
+    lagging = [-50.0 + 0.5 * i for i in range(n)]  # a 100-episode mean still climbing: -50 -> -30.5
+    caught_up = [-50.0] * 20 + [85.0] * 20  # the goal reached every episode of the second half
+    h = ppo_history(n, **off, ep_return=lagging)
+    h.context["reference_return"] = 90.0
+    assert classify(h, final=True).verdict == "stuck_value_loss"  # -50 -> -31, 14% of the way to 90: short
+    h = ppo_history(n, **off, ep_return=lagging, ep_return_recent=caught_up)
+    h.context["reference_return"] = 90.0
+    verdict = classify(h, final=True)
+    finding = next(f for f in verdict.findings if f.kind == "stuck_value_loss")
+    assert verdict.verdict == "healthy" and "learns regardless" in finding.causes[0]
+    assert finding.evidence["return_end"] == 85.0
+    # a few records are too few to stand for the end: the logged mean decides
+    few = [math.nan] * (n - 4) + [85.0] * 4
+    h = ppo_history(n, **off, ep_return=lagging, ep_return_recent=few)
+    h.context["reference_return"] = 90.0
+    assert classify(h, final=True).verdict == "stuck_value_loss"
+    # recent episodes that fell back below the bar are a policy that is not there at the end
+    fell = [85.0] * 30 + [-50.0] * 10
+    h = ppo_history(n, **off, ep_return=[-50.0 + 3 * i for i in range(n)], ep_return_recent=fell)
+    h.context["reference_return"] = 90.0
+    assert classify(h, final=True).verdict == "stuck_value_loss"
+
+
+def test_a_short_run_that_ended_short_of_its_reference_is_judged_on_its_budget():
+    """Under min_certain_updates a stuck critic is a warning (it may only need more updates), unless
+    the run has ended with its returns short of a reference: the budget was the trial's, spent on
+    a critic that did not fit beside a policy that did not learn (a PPO of 1024-step batches and 6
+    updates on CartPole-v0)."""
+    n = 6
+    off = {"critic_error": [0.95] * n, "critic_r2": [-1.8] * n, "ep_return": [21.0, 28.0, 32.0, 43.0, 46.0, 54.0]}
+    h = ppo_history(n, **off)
+    finding = next(f for f in classify(h, final=True).findings if f.kind == "stuck_value_loss")
+    assert not finding.certain and "may not have had the time" in finding.causes[0]  # no reference: warning
+    h.context["reference_return"] = 195.0
+    finding = next(f for f in classify(h, final=True).findings if f.kind == "stuck_value_loss")
+    assert finding.certain and "judged on them" in finding.causes[0]
+    # a policy that got there on those 6 updates is not failing for its critic
+    h = ppo_history(n, **off | {"ep_return": [21.0, 60.0, 100.0, 140.0, 170.0, 190.0]})
+    h.context["reference_return"] = 195.0
+    assert classify(h, final=True).verdict == "healthy"
+
+
 def test_the_reference_return_is_the_registered_threshold_of_the_returns_the_recorder_sees():
     """A registered reward_threshold holds unless a wrapper that may change the reward sits
     between the env and the recorder of its episode returns (SB3's Monitor)."""

@@ -71,6 +71,22 @@ def test_small_updates_are_grouped_and_averaged():
     assert len(logged) == 20 and cb.history.steps == [64, 128, 192, 256, 320]
     expected = [sum(logged[i : i + 4]) / 4 for i in range(0, 20, 4)]
     assert cb.history.values("pg_loss") == pytest.approx(expected)
+    # ep_return_recent: the mean of the episodes that ended within each record, in the order they
+    # ended, which the Monitor's returns (SB3's buffer, under 100 here) split into consecutive runs
+    ended = [float(e["r"]) for e in model.ep_info_buffer]
+    recent = cb.history.values("ep_return_recent")
+    assert len(ended) < 100 and 1 <= len(recent) <= len(cb.history)
+    assert _consecutive_means(ended, recent)
+
+
+def _consecutive_means(values: list[float], means: list[float]) -> bool:
+    """Whether ``values`` splits into consecutive non-empty runs whose means are ``means``, in order."""
+    if not means:
+        return not values
+    return any(
+        sum(values[:m]) / m == pytest.approx(means[0]) and _consecutive_means(values[m:], means[1:])
+        for m in range(1, len(values) + 1)
+    )
 
 
 def test_crash_in_rollout_ends_as_nan_scale_with_the_torch_error():

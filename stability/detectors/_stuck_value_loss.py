@@ -80,13 +80,17 @@ A run whose policy learns despite its critic is not failing: where the context h
 return (``reference_return``: the sweep's ``stability.reference_return``, ``diagnose
 --reference-return`` or ``--env``, else the env's registered ``reward_threshold``, which the
 callback records), a finding on a run whose episode return at its end got at least
-``learned_fraction`` of the way from its return at the start to the reference is a warning, never
-a certain verdict (the critic lagging a fast-improving policy). Without a reference the run's own
-rise says nothing of how far it fell short: returns from 20 to 130 on CartPole are a quarter of
+``learned_fraction`` of the way from its return at the start to the reference is a warning, never a
+certain verdict (the critic lagging a fast-improving policy). The return at the end is that of the
+episodes the run's last records saw end, where the callback recorded them (``ep_return_recent``),
+rather than a mean over the last 100 episodes that lags the policy. Without a reference the run's
+own rise says nothing of how far it fell short: returns from 20 to 130 on CartPole are a quarter of
 the way, and the rules above decide. With a reference the returns got under that fraction of the
 way to, the rules that rest on explained variance alone give a certain verdict rather than a
-warning: beside a policy that is not learning, a critic that never explains its returns is not
-one fitting returns that barely vary about its level (the reason those rules only warn).
+warning: beside a policy that is not learning, a critic that never explains its returns is not one
+fitting returns that barely vary about its level (the reason those rules only warn); and a run of
+fewer than ``min_certain_updates`` updates that has ended so is judged on them (its budget was the
+trial's).
 
 Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
 hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
@@ -144,17 +148,27 @@ class StuckValueLoss(Detector):
         if clear is False or (clear is None and not _stuck_by_loss(history, t, w, evidence, final)):
             return None
         causes, patches = _causes(history, t, evidence)
+        # With a reference return, once the run has ended: True (the policy learns: a warning),
+        # False (it got under learned_fraction of the way: explained variance alone then decides)
+        learned = _learned(history, t, evidence) if final else None
         # Fewer than min_certain_updates updates or min_certain_steps env steps: a critic that has
         # not fit yet may only need more of them (a smoke-test budget); a warning, never a stop.
-        short = n < t["min_certain_updates"] or history.last_step < t["min_certain_steps"]
+        # A run that has ended on its budget of updates (min_certain_steps or more) with its
+        # returns short of the reference is judged on what it had: the budget was the trial's,
+        # and neither its critic nor its policy got anywhere on it.
+        few = n < t["min_certain_updates"]
+        short = history.last_step < t["min_certain_steps"] or (few and learned is not False)
         if short:
             causes.insert(
                 0, f"only {n} updates over {history.last_step} steps: the critic may not have had the time to fit"
             )
+        elif few:
+            causes.insert(
+                0,
+                f"only {n} updates over {history.last_step} steps, judged on them: the run has ended with its "
+                "returns short of the reference, so its budget was spent on a critic that did not fit",
+            )
         pinned_beside = bool(evidence.get("pinned_beside_deterministic"))
-        # With a reference return, once the run has ended: True (the policy learns: a warning),
-        # False (it got under learned_fraction of the way: explained variance alone then decides)
-        learned = _learned(history, t, evidence) if final else None
         ev_only = bool(evidence.get("explained_variance_only")) and learned is not False
         unsure = ev_only or pinned_beside
         # Certain only once the run has ended, on every path: mid-run, a critic off its targets
@@ -274,6 +288,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
+RECENT_RECORDS = 5  # records of the episodes that ended since the one before, read at the run's end
 
 
 def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool | None:
@@ -284,13 +299,21 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     records (in SB3 logs each is already a mean over the last 100 episodes, so it lags the policy;
     a window's median would lag it further: the quickstart's gamma 0.999 trial logs 38 -> 163 over
     its first and last quarters, 18 -> 186 at its ends, and its policy returns 450-500 when
-    evaluated). None without a reference."""
+    evaluated). Where the callback recorded ``ep_return_recent`` (the episodes that ended since its
+    record before), the end is the median of its last ``RECENT_RECORDS`` records instead: a mean
+    over 100 episodes of 1000 steps covers most of a 100k-step run, and a MountainCar policy that
+    reaches the goal every time at the end still logs a return below 0. The start stays the
+    logged one: early, the 100 episodes are the run's first and no older. None without a
+    reference."""
     reference = history.context.get("reference_return")
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
     if not isinstance(reference, (int, float)) or not math.isfinite(reference) or len(returns) < 2:
         return None
     k = min(RETURN_RECORDS, max(1, len(returns) // 4))
     first, last = median(returns[:k]), median(returns[-k:])
+    recent = [v for v in history.values("ep_return_recent") if math.isfinite(v)]
+    if len(recent) >= 2 * RECENT_RECORDS:  # the callback's: the policy's own returns at the end
+        last = median(recent[-RECENT_RECORDS:])
     bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
     evidence.update(return_start=first, return_end=last, reference_return=float(reference))
     return last >= bar
