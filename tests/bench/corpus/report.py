@@ -23,7 +23,8 @@ WITHOUT_ACROBOT = ("unseen", "fresh39")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh43 split (the result: written after fresh42 was scored, before the last change and its runs)",
+    "unseen": "Fresh44 split (the result: written after fresh43 was scored, before the last change and its runs)",
+    "fresh43": "Fresh43 split (held out from the explained-variance change: in-sample now)",
     "fresh42": "Fresh42 split (held out from the reference-return change: in-sample now)",
     "fresh41": "Fresh41 split (held out from the reference-return change; no threshold on its env: in-sample now)",
     "fresh40": "Fresh40 split (held out from the degenerate_reward change a third time: in-sample now)",
@@ -116,7 +117,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Forty-five splits scored, each fixed by case before its "
+        "Forty-six splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -187,11 +188,16 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "learned is not stuck, whatever its critic) and the detector with it (a run whose returns got a fifth "
         "of the way to its env's reward_threshold is not certain), made with fresh37 to fresh40 in view; "
         "fresh41 (written before, on an env with no threshold the callback can use) and "
-        "**fresh42 (written after the change and before any of its cases ran, every case on an env with a "
+        "fresh42 (written after the change and before any of its cases ran, every case on an env with a "
         "registered threshold) held it out. The next change (with the returns short of that reference, "
         "explained variance alone decides stuck_value_loss) was made with fresh37 to fresh42 in view; "
-        "**fresh43 (written after fresh42 was scored and before that change, on a new env, CartPole-v0) "
-        "held out both and is the result**; "
+        "fresh43 (written after fresh42 was scored and before that change, on a new env, CartPole-v0) "
+        "held out both. The next change (the return at a run's end read from the episodes of its last records, "
+        "the callback's ep_return_recent, not SB3's 100-episode mean; a run of under 10 updates that ended short "
+        "of its reference judged on them) was made with fresh37 to fresh43 in view; "
+        "**fresh44 (written after fresh43 was scored and before that change, on a new env, CartPole-v0 with a "
+        "Dict observation; trained again with the new callback once the change was committed) held it out and is "
+        "the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
         "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs). "
