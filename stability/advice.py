@@ -9,6 +9,7 @@ and its ``why`` says the current value was not seen. ``rlsweep repair`` applies 
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -32,10 +33,41 @@ def make(ctx: dict[str, Any], knob: str, value: Any, why: str) -> dict[str, Any]
     return {"patch": {knob: value}, "why": why}
 
 
+# A learning rate this many times the algorithm's own default is far outside what it was tuned for:
+# dividing it by a few leaves it there (Adam at 0.2 / 3 still collapses a CartPole policy in one
+# update), so the advice is the default itself.
+FAR_ABOVE_DEFAULT = 10.0
+
+
+def far_above_default(ctx: dict[str, Any], lr: float | None) -> str | None:
+    """Where ``lr`` is ``FAR_ABOVE_DEFAULT`` times the algorithm's default or more (and the optimizer
+    is not SGD, whose scale is its own), the cause as text; else None. Such a rate is the likelier
+    cause of a blow-up or a collapse than anything else a finding names, and its patch goes first."""
+    default = ctx.get("default_learning_rate")
+    if lr is None or not math.isfinite(lr) or not isinstance(default, float) or default <= 0:
+        return None
+    if lr < FAR_ABOVE_DEFAULT * default or str(ctx.get("optimizer", "")).lower() == "sgd":
+        return None
+    return f"learning rate {lr:.3g} is {lr / default:.0f}x {ctx.get('algo') or 'the algorithm'}'s default ({default:g})"
+
+
 def lower_lr(ctx: dict[str, Any], lr: float | None, factor: float, why: str) -> dict[str, Any] | None:
+    """A smaller learning rate: ``lr / factor``, or the algorithm's default (``default_learning_rate``
+    in the context, read from its constructor) where ``lr`` is ``FAR_ABOVE_DEFAULT`` times that or
+    more. Not with SGD: SB3's defaults are for its Adam and RMSprop, and SGD's scale is its own."""
     if lr is None or not math.isfinite(lr) or lr <= 0:
         return None
+    far = far_above_default(ctx, lr)
+    if far is not None:
+        return {"patch": {"learning_rate": ctx["default_learning_rate"]}, "why": f"{why} ({far}: back to it)"}
     return {"patch": {"learning_rate": float(f"{lr / factor:.3g}")}, "why": why + f" (from {lr:.3g})"}
+
+
+def default_learning_rate(algo_class: type) -> float | None:
+    """The learning rate an algorithm's constructor defaults to (SB3: PPO 3e-4, A2C 7e-4), if a number."""
+    param = inspect.signature(algo_class).parameters.get("learning_rate")
+    default = param.default if param is not None else None
+    return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else None
 
 
 def weight_decay(ctx: dict[str, Any], minimum: float, whose: str) -> tuple[str, dict[str, Any] | None] | None:

@@ -31,7 +31,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_obs_shape
 
-from stability import references
+from stability import advice, references
 from stability.gradients import GradNormMonitor
 from stability.signals import PREFIX, SB3_KEYS, History, group_steps
 from stability.thresholds import Thresholds
@@ -720,6 +720,9 @@ def _reference(env: Any, given: float | None) -> dict[str, Any]:
 def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
     """Facts the detectors use to name likely causes."""
     ctx: dict[str, Any] = {"algo": type(model).__name__}
+    default_lr = advice.default_learning_rate(type(model))
+    if default_lr is not None:
+        ctx["default_learning_rate"] = default_lr
     optimizer = getattr(model.policy, "optimizer", None)
     if optimizer is not None:
         ctx["optimizer"] = type(optimizer).__name__

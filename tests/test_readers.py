@@ -389,6 +389,7 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
         {"algo": "PPO", "normalize": {"obs": True, "reward": False}, "weight_decay": 0.01, "log_std_init": -1}
     )
     assert (ctx["norm_obs"], ctx["norm_reward"], ctx["weight_decay"], ctx["log_std_init"]) == (True, False, 0.01, -1.0)
+    assert ctx["default_learning_rate"] == 3e-4  # PPO's constructor default, what the callback records too
     assert context_from_hyperparams({"normalize": {"obs": True}})["norm_reward"] is False
     assert context_from_hyperparams({"normalize": False}) == {"norm_obs": False, "norm_reward": False}
     assert context_from_hyperparams({"max_grad_norm": "off"})["max_grad_norm"] == math.inf  # no clipping

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stability import History, ThresholdError, Thresholds, classify
+from stability import History, ThresholdError, Thresholds, advice, classify
 from stability.signals import History as H
 from stability.thresholds import DEFAULTS
 
@@ -952,7 +952,26 @@ def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
     assert contexts[1]["log_std_init"] == 0.0 and "log_std_bounds" not in contexts[1]
     # both heads' starting scale: SB3's gains (0.01 for the policy's, 1 for the value's) on 8 units
     assert contexts[1]["policy_head_weight_std"] < 0.01 and 0.1 < contexts[1]["value_head_weight_std"] < 1.0
+    assert contexts[1]["default_learning_rate"] == 7e-4  # A2C's own, read from its constructor
     json.dumps(contexts)  # the context travels as JSON (MLflow's stability.context tag)
+
+
+def test_a_learning_rate_far_above_the_algorithms_default_is_advised_back_to_it():
+    """lr / 3 of Adam at 0.2 is still 200 times PPO's default: the advice is the default itself,
+    where the run's rate is 10 times it or more; a nearer rate is divided as before; SGD keeps its
+    own scale (SB3's defaults are for Adam and RMSprop)."""
+    ctx = {"algo": "PPO", "optimizer": "Adam", "default_learning_rate": 3e-4}
+    far = advice.lower_lr(ctx, 0.2, 3.0, "smaller updates")
+    assert far is not None and far["patch"] == {"learning_rate": 3e-4} and "PPO's default" in far["why"]
+    assert advice.lower_lr(ctx, 2e-3, 3.0, "smaller updates")["patch"] == {"learning_rate": 6.67e-4}
+    assert advice.lower_lr(ctx | {"optimizer": "SGD"}, 25.0, 3.0, "x")["patch"] == {"learning_rate": 8.33}
+    assert advice.lower_lr({}, 0.2, 3.0, "x")["patch"] == {"learning_rate": 0.0667}  # no default known
+    # the whole finding: an exploding PPO at Adam lr 0.2 is advised PPO's default
+    blowup = {"update_ratio": [0.01] * 8 + [0.9] * 32, "approx_kl": [0.01] * 8 + [20.0] * 32}
+    h = ppo_history(40, learning_rate=[0.2] * 40, **blowup)
+    h.context.update(ctx)
+    finding = next(f for f in classify(h, final=True).findings if f.kind == "exploding_updates")
+    assert {"learning_rate": 3e-4} in [p["patch"] for p in finding.patches]
 
 
 def test_gradient_norms_split_by_role_exactly_and_keep_an_infinite_role_apart():

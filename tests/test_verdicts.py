@@ -96,7 +96,7 @@ def test_constant_rewards_since_a_later_rollout_do_not_hide_the_failure_that_cau
     assert not degenerate.certain
 
 
-def _discrete_history(entropy: list[float], returns: list[float]) -> History:
+def _discrete_history(entropy: list[float], returns: list[float], lr: float = 3e-4) -> History:
     h = History(total_steps=len(entropy) * 512, context={"continuous": False, "ent_coef": -0.3})
     for i, (e, r) in enumerate(zip(entropy, returns, strict=False)):
         h.add(
@@ -108,7 +108,7 @@ def _discrete_history(entropy: list[float], returns: list[float]) -> History:
                 "clip_fraction": 0.0,
                 "value_loss": 1.0,
                 "explained_variance": 0.9,
-                "learning_rate": 3e-4,
+                "learning_rate": lr,
             },
         )
     return h
@@ -140,6 +140,24 @@ def test_a_collapse_from_a_policy_head_started_large_is_told_to_start_it_at_sb3_
     usual.context["policy_head_weight_std"] = 0.00125
     finding = judge(usual).findings[0]
     assert all("init_gains" not in p["patch"] for p in finding.patches)
+
+
+def test_a_collapse_at_a_learning_rate_far_above_the_default_is_told_to_go_back_to_it_first():
+    """Adam at 0.2 (667x PPO's default) saturates the logits in one update: the rate is named first
+    and its patch is the default itself, before the entropy bonus; at 3x the default the rate is
+    not named and its patch (divided by 3) comes after the bonus, as before."""
+    n = 40
+    collapsed = [0.69 * 0.5**i for i in range(n)]
+    fast = _discrete_history(collapsed, [20.0] + [9.4] * (n - 1), lr=0.2)
+    fast.context.update(ent_coef=0.0, algo="PPO", optimizer="Adam", default_learning_rate=3e-4)
+    finding = judge(fast).findings[0]
+    assert finding.kind == "entropy_collapse" and "667x PPO's default" in finding.causes[0]
+    assert [p["patch"] for p in finding.patches][:2] == [{"learning_rate": 3e-4}, {"ent_coef": 0.01}]
+    near = _discrete_history(collapsed, [20.0] + [9.4] * (n - 1))
+    near.context.update(ent_coef=0.0, algo="PPO", optimizer="Adam", default_learning_rate=1e-4)
+    finding = judge(near).findings[0]
+    assert not any("default" in c for c in finding.causes)
+    assert [p["patch"] for p in finding.patches][:2] == [{"ent_coef": 0.01}, {"learning_rate": 1e-4}]
 
 
 def test_continuous_collapse_reads_std():

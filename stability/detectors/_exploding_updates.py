@@ -170,7 +170,9 @@ def _reached(history: History, name: str, indices: np.ndarray, floor: float) -> 
 
 def _causes(history: History) -> list[str]:
     ctx = history.context
-    causes = []
+    lr = history.values("learning_rate")
+    far = advice.far_above_default(ctx, lr[0] if lr else None)
+    causes = [far] if far is not None else []
     if clipping_off(history):
         causes.append("gradient clipping is off")
     if not ctx.get("norm_reward"):
