@@ -42,7 +42,8 @@ FAR_ABOVE_DEFAULT = 10.0
 def far_above_default(ctx: dict[str, Any], lr: float | None) -> str | None:
     """Where ``lr`` is ``FAR_ABOVE_DEFAULT`` times the algorithm's default or more (and the optimizer
     is not SGD, whose scale is its own), the cause as text; else None. Such a rate is the likelier
-    cause of a blow-up or a collapse than anything else a finding names, and its patch goes first."""
+    cause of a collapse than anything else its finding names, and its patch goes first there (a
+    Gaussian's overflow keeps its bounds first: they end the overflow whatever the rate)."""
     default = ctx.get("default_learning_rate")
     if lr is None or not math.isfinite(lr) or not isinstance(default, float) or default <= 0:
         return None

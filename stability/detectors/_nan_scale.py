@@ -189,12 +189,9 @@ def _patches(history: History) -> list[dict[str, Any]]:
         or bool(history.error and re.search(r"Expected parameter (scale|loc)", history.error))
     )
     bounded = ctx.get("log_std_bounds")
-    first_lr = lr[0] if lr else None
-    far = advice.far_above_default(ctx, first_lr) is not None  # then the rate goes first
     return advice.collect(
-        advice.lower_lr(ctx, first_lr, 3.0, "smaller updates") if far else None,
         _bounds_patch(history) if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20) else None,
-        advice.lower_lr(ctx, first_lr, 3.0, "smaller updates"),
+        advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller updates"),
         advice.clip_grads(ctx, "clip the gradients that moved the parameters this far"),
         advice.make(ctx, "normalize", {"reward": True}, "bring large or spiky rewards near 1"),
     )
