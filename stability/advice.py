@@ -33,17 +33,18 @@ def make(ctx: dict[str, Any], knob: str, value: Any, why: str) -> dict[str, Any]
     return {"patch": {knob: value}, "why": why}
 
 
-# A learning rate this many times the algorithm's own default is far outside what it was tuned for:
-# dividing it by a few leaves it there (Adam at 0.2 / 3 still collapses a CartPole policy in one
-# update), so the advice is the default itself.
+# A learning rate this many times the algorithm's own default is far outside what it was tuned for.
 FAR_ABOVE_DEFAULT = 10.0
 
 
 def far_above_default(ctx: dict[str, Any], lr: float | None) -> str | None:
     """Where ``lr`` is ``FAR_ABOVE_DEFAULT`` times the algorithm's default or more (and the optimizer
     is not SGD, whose scale is its own), the cause as text; else None. Such a rate is the likelier
-    cause of a collapse than anything else its finding names, and its patch goes first there (a
-    Gaussian's overflow keeps its bounds first: they end the overflow whatever the rate)."""
+    cause of a collapse than anything else its finding names: each step saturates the logits, and a
+    third of it still does (Adam at 0.2 / 3 collapses a CartPole policy in one update), so that
+    finding advises the default itself, first. Exploding updates keep their tenfold cut (back to the
+    default, the A2C report's critic could not follow its returns of scale 500), and a Gaussian's
+    overflow its bounds first (they end the overflow whatever the rate)."""
     default = ctx.get("default_learning_rate")
     if lr is None or not math.isfinite(lr) or not isinstance(default, float) or default <= 0:
         return None
@@ -52,15 +53,18 @@ def far_above_default(ctx: dict[str, Any], lr: float | None) -> str | None:
     return f"learning rate {lr:.3g} is {lr / default:.0f}x {ctx.get('algo') or 'the algorithm'}'s default ({default:g})"
 
 
+def back_to_default_lr(ctx: dict[str, Any], lr: float | None, why: str) -> dict[str, Any] | None:
+    """The algorithm's default learning rate (``default_learning_rate`` in the context, read from
+    its constructor) where ``lr`` is far above it (:func:`far_above_default`), else None."""
+    far = far_above_default(ctx, lr)
+    if far is None:
+        return None
+    return {"patch": {"learning_rate": ctx["default_learning_rate"]}, "why": f"{why} ({far}: back to it)"}
+
+
 def lower_lr(ctx: dict[str, Any], lr: float | None, factor: float, why: str) -> dict[str, Any] | None:
-    """A smaller learning rate: ``lr / factor``, or the algorithm's default (``default_learning_rate``
-    in the context, read from its constructor) where ``lr`` is ``FAR_ABOVE_DEFAULT`` times that or
-    more. Not with SGD: SB3's defaults are for its Adam and RMSprop, and SGD's scale is its own."""
     if lr is None or not math.isfinite(lr) or lr <= 0:
         return None
-    far = far_above_default(ctx, lr)
-    if far is not None:
-        return {"patch": {"learning_rate": ctx["default_learning_rate"]}, "why": f"{why} ({far}: back to it)"}
     return {"patch": {"learning_rate": float(f"{lr / factor:.3g}")}, "why": why + f" (from {lr:.3g})"}
 
 

@@ -956,22 +956,24 @@ def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
     json.dumps(contexts)  # the context travels as JSON (MLflow's stability.context tag)
 
 
-def test_a_learning_rate_far_above_the_algorithms_default_is_advised_back_to_it():
-    """lr / 3 of Adam at 0.2 is still 200 times PPO's default: the advice is the default itself,
-    where the run's rate is 10 times it or more; a nearer rate is divided as before; SGD keeps its
-    own scale (SB3's defaults are for Adam and RMSprop)."""
+def test_a_learning_rate_far_above_the_algorithms_default_is_named_and_can_go_back_to_it():
+    """A rate 10 times its algorithm's default or more is named as a cause; the patch back to the
+    default is offered where nearer rates or SGD (SB3's defaults are for Adam and RMSprop) are not.
+    Exploding updates keep their tenfold cut and name the rate first."""
     ctx = {"algo": "PPO", "optimizer": "Adam", "default_learning_rate": 3e-4}
-    far = advice.lower_lr(ctx, 0.2, 3.0, "smaller updates")
-    assert far is not None and far["patch"] == {"learning_rate": 3e-4} and "PPO's default" in far["why"]
-    assert advice.lower_lr(ctx, 2e-3, 3.0, "smaller updates")["patch"] == {"learning_rate": 6.67e-4}
-    assert advice.lower_lr(ctx | {"optimizer": "SGD"}, 25.0, 3.0, "x")["patch"] == {"learning_rate": 8.33}
-    assert advice.lower_lr({}, 0.2, 3.0, "x")["patch"] == {"learning_rate": 0.0667}  # no default known
-    # the whole finding: an exploding PPO at Adam lr 0.2 is advised PPO's default
+    assert advice.far_above_default(ctx, 0.2) == "learning rate 0.2 is 667x PPO's default (0.0003)"
+    back = advice.back_to_default_lr(ctx, 0.2, "smaller steps")
+    assert back is not None and back["patch"] == {"learning_rate": 3e-4} and "667x" in back["why"]
+    assert advice.back_to_default_lr(ctx, 2e-3, "x") is None  # under 10x: the usual cut decides
+    assert advice.back_to_default_lr(ctx | {"optimizer": "SGD"}, 25.0, "x") is None
+    assert advice.back_to_default_lr({}, 0.2, "x") is None  # no default known
+    assert advice.lower_lr(ctx, 0.2, 3.0, "x")["patch"] == {"learning_rate": 0.0667}
     blowup = {"update_ratio": [0.01] * 8 + [0.9] * 32, "approx_kl": [0.01] * 8 + [20.0] * 32}
     h = ppo_history(40, learning_rate=[0.2] * 40, **blowup)
     h.context.update(ctx)
     finding = next(f for f in classify(h, final=True).findings if f.kind == "exploding_updates")
-    assert {"learning_rate": 3e-4} in [p["patch"] for p in finding.patches]
+    assert finding.causes[0].startswith("learning rate 0.2 is 667x")
+    assert finding.patches[0]["patch"] == {"learning_rate": 0.02}
 
 
 def test_gradient_norms_split_by_role_exactly_and_keep_an_infinite_role_apart():

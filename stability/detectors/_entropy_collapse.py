@@ -107,9 +107,7 @@ class EntropyCollapse(Detector):
         if far is not None:  # first: the likeliest cause of a policy that saturates at once
             causes.insert(0, f"{far}: each update moves the policy far")
         patches = advice.collect(
-            advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller steps commit to an action more slowly")
-            if far is not None
-            else None,
+            advice.back_to_default_lr(ctx, lr[0] if lr else None, "smaller steps commit to an action more slowly"),
             advice.make(ctx, "init_gains", {"policy": 0.01}, "start the policy head at SB3's scale")
             if large_head
             else None,
