@@ -301,9 +301,9 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     its first and last quarters, 18 -> 186 at its ends, and its policy returns 450-500 when
     evaluated). Where the callback recorded ``ep_return_recent`` (the episodes that ended since its
     record before), the end is the median of its last ``RECENT_RECORDS`` records instead: a mean
-    over 100 episodes of 1000 steps covers most of a 100k-step run, and a MountainCar policy that
-    reaches the goal every time at the end still logs a return below 0. The start stays the
-    logged one: early, the 100 episodes are the run's first and no older. None without a
+    over 100 episodes of 1000 steps covers most of a 100k-step run (a MountainCar A2C whose last
+    episodes returned 73 on average logged -5, a PPO whose last ones returned 84 logged 22). The
+    start stays the logged one: early, the 100 episodes are the run's first and no older. None without a
     reference."""
     reference = history.context.get("reference_return")
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
