@@ -103,11 +103,12 @@ class EntropyCollapse(Detector):
         if large_head:
             kind = "means" if continuous else "logits"
             causes.insert(0, f"the policy head starts large (weight std {head:.2g}): its {kind} saturate at once")
-        far = advice.far_above_default(ctx, lr[0] if lr else None)
+        first_lr, slower = (lr[0] if lr else None), "smaller steps commit to an action more slowly"
+        far = advice.far_above_default(ctx, first_lr)
         if far is not None:  # first: the likeliest cause of a policy that saturates at once
             causes.insert(0, f"{far}: each update moves the policy far")
         patches = advice.collect(
-            advice.back_to_default_lr(ctx, lr[0] if lr else None, "smaller steps commit to an action more slowly"),
+            advice.back_to_default_lr(ctx, first_lr, slower),
             advice.make(ctx, "init_gains", {"policy": 0.01}, "start the policy head at SB3's scale")
             if large_head
             else None,
@@ -117,7 +118,7 @@ class EntropyCollapse(Detector):
             )
             if not (isinstance(ent_coef, (int, float)) and ent_coef >= 0.01)
             else None,
-            advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller steps commit to an action more slowly"),
+            advice.lower_lr(ctx, first_lr, 3.0, slower),
             advice.make(ctx, "log_std_bounds", [-5, 2], "let the Gaussian's std grow back") if continuous else None,
         )
         return Finding(

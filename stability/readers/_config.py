@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from stability import advice, references
+from stability import references
 from stability.readers._errors import LogReadError
 
 # SB3 keyword arguments the detectors read, with the type each must have
@@ -373,9 +373,8 @@ def _defaults(algo: str) -> dict[str, Any]:
             out[name] = default
         elif name in _FLAGS and isinstance(default, bool):
             out[name] = default
-    default_lr = advice.default_learning_rate(cls)
-    if default_lr is not None:
-        out["default_learning_rate"] = default_lr
+    if "learning_rate" in out:  # read from the signature above: what the callback records as the default
+        out["default_learning_rate"] = out["learning_rate"]
     # every SB3 optimizer starts without weight decay (A2C's RMSprop included); a file that sets
     # policy_kwargs.optimizer_class or optimizer_kwargs says otherwise
     out["weight_decay"] = 0.0
