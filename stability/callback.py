@@ -53,6 +53,7 @@ OWN = (
     "loc_abs_max",
     "params_finite",
     "update_ratio",
+    "param_norm",
     "adv_std",
     "return_std",
     "return_rms",
@@ -184,6 +185,8 @@ class StabilityCallback(BaseCallback):
         self.history.context.update(_context(self.model, self._vecnorm))
         self.history.context.update(_reference(env, self.reference_return))
         self._weights = _Weights(self.model.policy)
+        self.history.context["param_norm_start"] = self._weights.norm
+        self.history.context["param_norm_unit"] = _unit_norm(self._weights.params)
         self.history.total_steps = getattr(self.model, "_total_timesteps", None)
 
     # --- per step: rewards as the env gave them and as the algorithm saw them -------------
@@ -358,6 +361,8 @@ class StabilityCallback(BaseCallback):
         ratio = self._weights.moved(recheck=probe) if self._weights is not None else None
         if ratio is not None:
             signals["update_ratio"] = ratio
+        if self._weights is not None and not math.isnan(self._weights.norm):
+            signals["param_norm"] = self._weights.norm  # inf counts: the weights blew up
         if probe and self._on_policy and self._probe_obs is not None:
             loc = _loc_abs_max(self.model.policy, self._probe_obs)
             if loc is not None:
@@ -621,7 +626,9 @@ class _Weights:
     parameters are read through numpy views of their storage into one of two flat buffers, in a
     single copy. A parameter whose storage was replaced (loaded by assignment, moved) is noticed by
     its data pointer and the views are taken again; a parameter replaced by another object, when
-    asked to ``recheck`` (the callback does at its periodic probes), and that update gives no ratio."""
+    asked to ``recheck`` (the callback does at its periodic probes), and that update gives no ratio.
+    ``norm`` is the weights' norm at the last read (NaN where a weight is NaN, inf where one is or
+    the sum overflows): each update's ratio takes it as the size of the weights before."""
 
     def __init__(self, policy: th.nn.Module) -> None:
         self._policy = policy
@@ -631,6 +638,7 @@ class _Weights:
         self._buffers: tuple[np.ndarray, np.ndarray] | None = None
         self._at = 0  # which buffer holds the last read
         self._last: np.ndarray | th.Tensor = self._read()
+        self.norm = _norm(self._last)
 
     def _fast(self) -> bool:
         """Whether the numpy views are (still) those of the parameters' storage."""
@@ -665,19 +673,35 @@ class _Weights:
             if len(params) != len(self.params) or any(a is not b for a, b in zip(params, self.params, strict=False)):
                 self.params, self._views = params, None
                 self._last = self._read()
+                self.norm = _norm(self._last)
                 return None
         before, after = self._last, self._read()  # the buffer read into is not the one before holds
-        self._last = after
+        self._last, scale = after, self.norm
+        self.norm = _norm(after)
         if type(before) is not type(after) or len(before) != len(after):
             return None
         if isinstance(before, th.Tensor) and isinstance(after, th.Tensor):
-            scale, moved = float(th.linalg.vector_norm(before)), float(th.linalg.vector_norm(after - before))
+            moved = float(th.linalg.vector_norm(after - before))
         else:
             d = after - before  # float32, as the torch path's norms
-            scale, moved = math.sqrt(float(np.dot(before, before))), math.sqrt(float(np.dot(d, d)))
+            moved = math.sqrt(float(np.dot(d, d)))
         if not (math.isfinite(scale) and math.isfinite(moved)) or scale <= 0.0:
             return None
         return moved / scale
+
+
+def _unit_norm(params: Iterable[th.Tensor]) -> float:
+    """The norm the weight matrices (every parameter of 2 or more dimensions) would have at an
+    orthogonal gain of 1: each such matrix has norm sqrt(min(rows, columns)). Biases and log_std
+    start at 0 and add nothing."""
+    return math.sqrt(sum(min(p.shape[0], p[0].numel()) for p in params if p.dim() >= 2))
+
+
+def _norm(flat: np.ndarray | th.Tensor) -> float:
+    """The Euclidean norm of the flat weights (float32, as they are held)."""
+    if isinstance(flat, th.Tensor):
+        return float(th.linalg.vector_norm(flat))
+    return math.sqrt(float(np.dot(flat, flat)))
 
 
 def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | None:

@@ -20,6 +20,8 @@ Canonical signals (per update unless noted):
 ``params_finite``           1.0 if every parameter is finite after the update, else 0.0
 ``update_ratio``            ||theta_new - theta_old|| / ||theta_old|| over the policy's parameters
                             (the size of the update against the weights it changes)
+``param_norm``              ||theta|| over the policy's parameters after the update (callback;
+                            the context's ``param_norm_start`` is their norm when training began)
 ``adv_std``                 spread of the rollout's advantages (before any normalisation)
 ``return_std``              spread of the rollout's returns (critic targets)
 ``return_rms``              root mean square of those returns (their scale)
@@ -69,6 +71,7 @@ CANONICAL = (
     "grad_clipped_fraction",
     "params_finite",
     "update_ratio",
+    "param_norm",
     "loss",
     "adv_std",
     "return_std",

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "kl_min_std_change": 0.05,
         "min_hits": 3,
         "update_ratio_certain": 11.0,
+        "param_growth": 10.0,
         "deterministic_entropy_fraction": 0.2,
     },
     "degenerate_reward": {

@@ -931,6 +931,31 @@ def test_a_run_that_ends_mid_group_on_one_env_closes_without_a_crash():
     assert probed[-1] == 10  # the last record was probed, in the flattened layout
 
 
+def test_the_weights_norm_is_recorded_from_the_start_of_training_to_its_end():
+    """param_norm is the weights' norm after each record's updates (the last one: the trained
+    model's); the context holds it at the start and the unit-gain norm of the weight matrices."""
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from stability import StabilityCallback
+
+    env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    model = A2C("MlpPolicy", env, seed=0, device="cpu", n_steps=5, learning_rate=0.05, policy_kwargs={"net_arch": [8]})
+
+    def norm() -> float:
+        return math.sqrt(sum(float((p.detach().double() ** 2).sum()) for p in model.policy.parameters()))
+
+    start = norm()
+    cb = StabilityCallback(min_update_steps=20)
+    model.learn(200, callback=cb)
+    norms = cb.history.values("param_norm")
+    assert len(norms) == len(cb.history) == 10
+    assert cb.history.context["param_norm_start"] == pytest.approx(start, rel=1e-5)
+    assert norms[-1] == pytest.approx(norm(), rel=1e-5) and norms[-1] != pytest.approx(start, rel=1e-3)
+    # 4 inputs -> 8 units in each of the two nets, heads 8 -> 2 and 8 -> 1: min(rows, columns) each
+    assert cb.history.context["param_norm_unit"] == pytest.approx(math.sqrt(4 + 4 + 2 + 1))
+
+
 def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_vec_env

@@ -525,6 +525,40 @@ def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_upd
     assert judge(_without_kl(ppo_history(4, update_ratio=[4.6, 0.6, 0.2, 0.0]))).verdict != "exploding_updates"
 
 
+def test_where_the_weights_norm_is_recorded_it_decides_exploding_updates():
+    """Tenfold over the start is certain from the update that got there; large moves that leave
+    the weights under tenfold are a warning; a start under the unit-gain norm is not the scale."""
+    n = 40
+    blown = [0.03] * 30 + [1.5, 0.03] * 5  # exploding_updates by its moves alone (the test above)
+    grew = [16.0 * (1 + 0.5 * max(0, i - 29)) for i in range(n)]  # 16 -> 96: 6-fold
+    h = _without_kl(ppo_history(n, update_ratio=blown, param_norm=grew))
+    h.context.update(param_norm_start=16.0, param_norm_unit=11.0)
+    finding = next(f for f in judge(h).findings if f.kind == "exploding_updates")
+    assert not finding.certain and judge(h).verdict == "healthy"
+    assert finding.evidence["param_norm_growth"] == pytest.approx(6.0)
+    assert "grew 6-fold at most" in finding.causes[0]
+    # the same run whose weights went on to 11 times their start: certain, from that update on
+    tenfold = grew[:36] + [176.0] * 4  # update 36 (step 37000)
+    h = _without_kl(ppo_history(n, update_ratio=blown, param_norm=tenfold))
+    h.context.update(param_norm_start=16.0, param_norm_unit=11.0)
+    verdict = judge(h)
+    assert verdict.verdict == "exploding_updates"
+    assert verdict.findings[0].summary == "the weights' norm grew 11-fold over its start"
+    # and alone, with no other hit (quiet gradients, small moves), in a run that is still going
+    quiet = ppo_history(n, update_ratio=[0.03] * n, param_norm=tenfold)
+    quiet.context.update(param_norm_start=16.0, param_norm_unit=11.0)
+    live = classify(quiet)
+    assert live.verdict == "exploding_updates" and live.findings[0].onset_step == 37000
+    # weights that start at a hundredth of the unit-gain scale and grow 11-fold are learning
+    quiet.context.update(param_norm_start=16.0, param_norm_unit=100.0)
+    assert "exploding_updates" not in {f.kind for f in judge(quiet).findings}
+    # an infinite norm is past any growth; a NaN one is nan_scale's, never a growth
+    nan = ppo_history(n, param_norm=[16.0] * 39 + [math.nan])
+    assert "exploding_updates" not in {f.kind for f in judge(nan).findings}
+    inf = ppo_history(n, param_norm=[16.0] * 39 + [math.inf])
+    assert judge(inf).verdict == "exploding_updates"  # the first record is the start here
+
+
 def _without_kl(h):
     """The history as an A2C-style run logs it: no approx_kl, no clip_fraction."""
     del h.series["approx_kl"], h.series["clip_fraction"]

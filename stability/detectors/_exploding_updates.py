@@ -20,6 +20,16 @@ does not count: between two near-deterministic policies (saturated logits, a Gau
 0) a small move is a huge KL, the logits grow with every step that sharpens them further, and
 the collapse that caused both is ``entropy_collapse``'s to name. Healthy runs do
 see gradient norms grow as returns grow, by 10-100x; three orders of magnitude is beyond that.
+
+Where the callback recorded the weights' norm (``param_norm``, and ``param_norm_start`` in the
+context: their norm when training began), that decides: the weights grew ``param_growth``-fold
+over their start (certain, live or at the end, from the first update that took them there), or
+they did not, and the hits above are a warning. Large gradients, value losses and KLs are how an
+explosion shows in a plain log; updates that blew up are weights that blew up, and a huge
+learning rate that sharpens a policy to one action (its logits grow, its KL jumps) moves them by
+a few times their size, not tenfold. The start is never taken under the norm every weight matrix
+would have at an orthogonal gain of 1 (``param_norm_unit``): from init gains far under the usual
+scale, weights that grow tenfold are learning (SB3's default init starts at 1.4 times that norm).
 """
 
 from __future__ import annotations
@@ -96,14 +106,21 @@ class ExplodingUpdates(Detector):
             if keep.any():
                 hits.extend((int(i), name) for i in indices[keep])
                 evidence[f"{name}_max"] = float(values[keep].max())
+        growth = _weights_growth(history, t["param_growth"])
+        if growth is not None and growth[1] is not None:
+            hits.append((growth[1], "param_norm"))
         if not hits:
             return None
         hits.sort()
         evidence["hits"] = len(hits)
-        # one update that moved the weights by update_ratio_certain of their norm multiplied that
-        # norm by at least update_ratio_certain - 1: a blow-up on its own, however short the run
-        blowup = evidence.get("update_ratio_max", 0.0) >= t["update_ratio_certain"]
-        certain = len({i for i, _ in hits}) >= t["min_hits"] or blowup
+        if growth is not None:  # the weights' own norm, where the callback recorded it, decides
+            evidence["param_norm_growth"] = growth[0]
+            certain = growth[1] is not None
+        else:
+            # one update that moved the weights by update_ratio_certain of their norm multiplied
+            # that norm by at least update_ratio_certain - 1: a blow-up on its own, however short the run
+            blowup = evidence.get("update_ratio_max", 0.0) >= t["update_ratio_certain"]
+            certain = len({i for i, _ in hits}) >= t["min_hits"] or blowup
         signals = sorted({name for _, name in hits})
         ctx, lr = history.context, history.values("learning_rate")
         patches = advice.collect(
@@ -113,16 +130,55 @@ class ExplodingUpdates(Detector):
             if not ctx.get("norm_reward")
             else None,
         )
+        causes = _causes(history)
+        if growth is not None and growth[1] is None:  # first: it is why the finding is a warning
+            causes.insert(
+                0,
+                f"the weights' norm grew {growth[0]:.2g}-fold at most, under {t['param_growth']:g}-fold: "
+                "large updates that have not blown the weights up",
+            )
+        message = (
+            f"the weights' norm grew {growth[0]:.3g}-fold over its start"
+            if growth is not None and growth[1] is not None
+            else f"update size exploded ({', '.join(signals)} far above the run's own early level)"
+        )
         return Finding(
             self.name,
             history.step_of(hits[0][0]),
-            f"update size exploded ({', '.join(signals)} far above the run's own early level)",
+            message,
             evidence,
             advice.texts(patches),
-            _causes(history),
+            causes,
             certain=certain,
             patches=patches,
         )
+
+
+def _weights_growth(history: History, limit: float) -> tuple[float, int | None] | None:
+    """(The largest norm of the weights over their start, the first update at which it reached
+    ``limit``-fold or None), from the callback's ``param_norm``; None where it was not recorded.
+    The start is the context's ``param_norm_start`` (else the first record), never under
+    ``param_norm_unit`` where that is known. An infinite norm is a growth past any limit."""
+    at, norms = history.arrays("param_norm")
+    if not len(norms):
+        return None
+    ctx = history.context
+    start = ctx.get("param_norm_start")
+    if not isinstance(start, (int, float)) or not math.isfinite(start) or start <= 0:
+        finite = norms[np.isfinite(norms) & (norms > 0)]
+        if not len(finite):
+            return None
+        start = float(finite[0])
+    unit = ctx.get("param_norm_unit")
+    if isinstance(unit, (int, float)) and math.isfinite(unit):
+        start = max(float(start), float(unit))
+    with np.errstate(invalid="ignore"):
+        ratio = norms / start
+        over = ratio >= limit  # NaN (a weight NaN) is nan_scale's, never a growth
+    known = ratio[~np.isnan(ratio)]
+    if not len(known):
+        return None
+    return float(known.max()), (int(at[over][0]) if over.any() else None)
 
 
 def _policy_moved(history: History, indices: np.ndarray, min_kl: float) -> np.ndarray:
