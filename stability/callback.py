@@ -683,8 +683,9 @@ class _Weights:
         if isinstance(before, th.Tensor) and isinstance(after, th.Tensor):
             moved = float(th.linalg.vector_norm(after - before))
         else:
-            d = after - before  # float32, as the torch path's norms
-            moved = math.sqrt(float(np.dot(d, d)))
+            with np.errstate(over="ignore", invalid="ignore"):  # weights that blew up: inf or NaN, read as such
+                d = after - before  # float32, as the torch path's norms
+                moved = math.sqrt(float(np.dot(d, d)))
         if not (math.isfinite(scale) and math.isfinite(moved)) or scale <= 0.0:
             return None
         return moved / scale
@@ -701,7 +702,8 @@ def _norm(flat: np.ndarray | th.Tensor) -> float:
     """The Euclidean norm of the flat weights (float32, as they are held)."""
     if isinstance(flat, th.Tensor):
         return float(th.linalg.vector_norm(flat))
-    return math.sqrt(float(np.dot(flat, flat)))
+    with np.errstate(over="ignore", invalid="ignore"):  # a sum past float32's range is inf: blown up
+        return math.sqrt(float(np.dot(flat, flat)))
 
 
 def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | None:
