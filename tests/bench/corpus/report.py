@@ -25,7 +25,8 @@ ACROBOT_ENVS = ("acrobot", "acrobot_dict")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh45 split (the result: written after fresh44 was trained and before the last change)",
+    "unseen": "Fresh46 split (the result: written after the last change, before any of its runs)",
+    "fresh45": "Fresh45 split (held out from the weights'-norm change, no verdict moved: in-sample now)",
     "fresh44": "Fresh44 split (held out from the recent-return change: in-sample now)",
     "fresh43": "Fresh43 split (held out from the explained-variance change: in-sample now)",
     "fresh42": "Fresh42 split (held out from the reference-return change: in-sample now)",
@@ -120,7 +121,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Forty-seven splits scored, each fixed by case before its "
+        "Forty-eight splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -202,9 +203,12 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "Dict observation; trained again with the new callback once the change was committed) held it out. "
         "The next change (exploding_updates decided by the weights' own growth, tenfold over their start, "
         "where the callback records their norm) was made with fresh37 to fresh44 in view; "
-        "**fresh45 (written after fresh44 was trained and before that change, on a new env, Acrobot-v1 with a "
+        "fresh45 (written after fresh44 was trained and before that change, on a new env, Acrobot-v1 with a "
         "Dict observation; trained again with the callback that records the norm once the change was "
-        "committed, never scored before) held it out and is the result**; "
+        "committed, never scored before) held it out, and no verdict of it moved; "
+        "**fresh46 (written after that change was committed and before any of its cases ran, on a new env, "
+        "Pendulum-v1 cut to 100-step episodes, three of its cases built to explode) held it out a second time "
+        "and is the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
         "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs). "
