@@ -21,19 +21,18 @@ demo: install
 	$(VENV)/bin/rlsweep run conf/sweeps/quickstart.yaml
 
 # Two tiers: `make test` is everything but the tests marked slow (a few minutes on 2 cores: unit
-# and contract tests on both backends, quick sweeps with real MLflow, Optuna and Ray), in
-# TEST_WORKERS processes (pytest-xdist, one test file to a process); `make test-slow` is the slow
-# ones, one at a time (the reports' reproductions trained to their verdicts, whole Ray sweeps and a
-# Ray cluster losing and gaining nodes, an MLflow server outage, repair end to end; about 11
-# minutes): a Ray cluster started with `ray start` is joined by every other test's Ray, and several
-# of them time a stop against training that a second process would slow. CI (.ci/run) runs both;
-# `make test-all` runs them as one session.
+# and contract tests on both backends, quick sweeps with real MLflow, Optuna and Ray); `make
+# test-slow` is the slow ones (the reports' reproductions trained to their verdicts, whole Ray
+# sweeps and a Ray cluster losing and gaining nodes, an MLflow server outage, repair end to end;
+# about 9 minutes). Both run in TEST_WORKERS processes (pytest-xdist), a test file to a process at
+# a time. CI (.ci/run) runs both; `make test-all` runs them as one session, in one process.
 TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile
 test: install
-	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 test-slow: install
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow $(XDIST)
 
 test-all: install
 	$(PY) -m pytest -q

@@ -118,6 +118,7 @@ def test_impossible_resources_are_refused_before_anything_is_written(cli, write_
 @pytest.fixture(scope="module")
 def logical_gpu_ray():
     ray.init(
+        address="local",  # as the backend starts its own: never a cluster another test started
         num_cpus=2,
         num_gpus=1,
         include_dashboard=False,
@@ -269,10 +270,12 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     from sweeps.runner import run_sweep
 
     name = f"prune_{backend}"
-    # a Ray job learns of its cancellation at its next batched report, after the driver has seen
-    # both seeds' evaluations: on a loaded 2-core machine that has taken seconds, so Ray's seeds
-    # train longer, for the stop to land well before the end (a seed that ended first is 'complete')
-    total = 6144 if backend == "local" else 12288
+    # the driver prunes once both seeds of the trial have reported the step, and a Ray job learns of
+    # its cancellation at its next batched report: on a loaded 2-core machine one seed can run
+    # seconds ahead of the other (a second test process slowed one to 5120 steps before the stop),
+    # so the seeds train long enough for the stop to land well before the end (a seed that ended
+    # first is 'complete')
+    total = 8192 if backend == "local" else 12288
     spec = spec_module.from_dict(
         tiny_spec(
             name,
@@ -300,10 +303,11 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     stopped = [r for r in seed_runs if r.data.tags["rlsweep.trial"] != str(good.number)]
     assert len(stopped) == 4 and {r.data.tags["rlsweep.outcome"] for r in stopped} == {"skipped"}
     assert all(r.info.status == "KILLED" and "pruned by" in r.data.tags["rlsweep.cancelled"] for r in stopped)
-    # stopped, not trained to the end: a local worker at its next update, so before the next
-    # evaluation; Ray at the job's next batched report (at most a second apart) after the driver's
-    # decision, which on a loaded machine came after one more evaluation (4096) or, once, none before the end
-    last = 3072 if backend == "local" else total - 2048
+    # stopped, not trained to the end: a local worker at its next update after the driver's
+    # decision, Ray at the job's next batched report (at most a second apart); the decision waits
+    # for both seeds' evaluation at 2048, which on a loaded machine the faster seed can outrun by a
+    # few evaluations (one more, or, once on Ray, none before the end)
+    last = total - 2048
     for run in stopped:
         history = client.get_metric_history(run.info.run_id, "eval/periodic_return")  # none if stopped queued
         assert max((m.step for m in history), default=0) <= last
@@ -391,5 +395,23 @@ def test_a_constructor_that_fails_after_starting_ray_shows_its_error_and_stops_r
         ray.shutdown()
     with pytest.raises(RuntimeError, match="injected"):
         backend_module.RayBackend(backend_module.RaySettings(storage=workdir / "ray"), limit=1)
+    assert not ray.is_initialized()
+    assert _ray_left() == []
+
+
+def test_a_null_address_starts_a_local_instance_whatever_ray_address_names(workdir: Path, monkeypatch) -> None:
+    """`backend.address: null` starts an instance of the sweep's own, as the spec says: not the
+    cluster RAY_ADDRESS names (nor one a `ray start` on this machine left behind), which a bare
+    ray.init() would join, and then refuse the num_cpus it is given."""
+    from sweeps.backends import _ray as backend_module
+
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # nothing listens there
+    backend = backend_module.RayBackend(backend_module.RaySettings(storage=workdir / "ray"), limit=1)
+    try:
+        assert ray.is_initialized() and [n for n in ray.nodes() if n.get("Alive")]
+    finally:
+        backend.close()
     assert not ray.is_initialized()
     assert _ray_left() == []

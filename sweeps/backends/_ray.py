@@ -317,7 +317,10 @@ class RayBackend(Backend):
                 # workers on this machine import what the driver can (entry points of the spec included)
                 path = os.pathsep.join([os.getcwd(), *(p for p in sys.path if p and Path(p).is_dir())])
                 self._reaper = Reaper()  # the instance's processes die with the driver, however it ends
+                # "local": a new instance, never one that RAY_ADDRESS or a `ray start` on this machine names
+                # (ray.init() would join that, and then refuse num_cpus)
                 ray.init(
+                    address="local",
                     num_cpus=os.cpu_count() or 1,
                     include_dashboard=False,
                     runtime_env={"env_vars": {"PYTHONPATH": path}},
