@@ -107,15 +107,16 @@ class ExplodingUpdates(Detector):
                 hits.extend((int(i), name) for i in indices[keep])
                 evidence[f"{name}_max"] = float(values[keep].max())
         growth = _weights_growth(history, t["param_growth"])
-        if growth is not None and growth[1] is not None:
-            hits.append((growth[1], "param_norm"))
+        crossed = growth[1] if growth is not None else None  # the update the weights reached the limit at
+        if crossed is not None:
+            hits.append((crossed, "param_norm"))
         if not hits:
             return None
         hits.sort()
         evidence["hits"] = len(hits)
         if growth is not None:  # the weights' own norm, where the callback recorded it, decides
             evidence["param_norm_growth"] = growth[0]
-            certain = growth[1] is not None
+            certain = crossed is not None
         else:
             # one update that moved the weights by update_ratio_certain of their norm multiplied
             # that norm by at least update_ratio_certain - 1: a blow-up on its own, however short the run
@@ -123,15 +124,16 @@ class ExplodingUpdates(Detector):
             certain = len({i for i, _ in hits}) >= t["min_hits"] or blowup
         signals = sorted({name for _, name in hits})
         ctx, lr = history.context, history.values("learning_rate")
+        first_lr = lr[0] if lr else None
         patches = advice.collect(
-            advice.lower_lr(ctx, lr[0] if lr else None, 10.0, "updates far larger than the run's own early ones"),
+            advice.lower_lr(ctx, first_lr, 10.0, "updates far larger than the run's own early ones"),
             advice.clip_grads(ctx, "cap the size of each update"),
             advice.make(ctx, "normalize", {"reward": True}, "large returns make large value-loss gradients")
             if not ctx.get("norm_reward")
             else None,
         )
-        causes = _causes(history)
-        if growth is not None and growth[1] is None:  # first: it is why the finding is a warning
+        causes = _causes(history, first_lr)
+        if growth is not None and crossed is None:  # first: it is why the finding is a warning
             causes.insert(
                 0,
                 f"the weights' norm grew {growth[0]:.2g}-fold at most, under {t['param_growth']:g}-fold: "
@@ -139,7 +141,7 @@ class ExplodingUpdates(Detector):
             )
         message = (
             f"the weights' norm grew {growth[0]:.3g}-fold over its start"
-            if growth is not None and growth[1] is not None
+            if growth is not None and crossed is not None
             else f"update size exploded ({', '.join(signals)} far above the run's own early level)"
         )
         return Finding(
@@ -224,10 +226,9 @@ def _reached(history: History, name: str, indices: np.ndarray, floor: float) -> 
     return np.array([not (at.get(int(i), math.inf) < floor) for i in indices], dtype=bool)
 
 
-def _causes(history: History) -> list[str]:
+def _causes(history: History, first_lr: float | None) -> list[str]:
     ctx = history.context
-    lr = history.values("learning_rate")
-    far = advice.far_above_default(ctx, lr[0] if lr else None)
+    far = advice.far_above_default(ctx, first_lr)
     causes = [far] if far is not None else []
     if clipping_off(history):
         causes.append("gradient clipping is off")
