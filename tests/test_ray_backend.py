@@ -296,9 +296,16 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     assert sorted(good.intermediate_values) == list(range(1024, total, 1024))
     for trial in useless:
         assert trial.state.name == "PRUNED" and trial.user_attrs["rlsweep.outcome"] == "pruned", trial.user_attrs
-        assert sorted(trial.intermediate_values) == [1024, 2048]  # the warm-up spared 1024
-        assert trial.intermediate_values[2048] < good.intermediate_values[2048]
-        assert trial.user_attrs["rlsweep.pruned"].startswith("pruned by the median pruner at step 2048")
+        # pruned at the first evaluation past the warm-up (which spared 1024) where its best value so
+        # far (Optuna's median pruner reads that) is behind the good trial's (the median of one
+        # finished trial), and told nothing after it: usually 2048, but 3 stochastic episodes can
+        # put the good trial below a useless one there (seen once, under load)
+        values, best = trial.intermediate_values, good.intermediate_values
+        so_far = {step: max(v for at, v in values.items() if at <= step) for step in values}
+        behind = [step for step in sorted(values) if step > 1500 and so_far[step] < best[step]]
+        assert behind and sorted(values) == list(range(1024, behind[0] + 1, 1024)), (values, best)
+        assert behind[0] <= 4096  # a useless rate is behind within a few evaluations
+        assert trial.user_attrs["rlsweep.pruned"].startswith(f"pruned by the median pruner at step {behind[0]}")
     _, seed_runs = split_runs(client, experiment.experiment_id)
     stopped = [r for r in seed_runs if r.data.tags["rlsweep.trial"] != str(good.number)]
     assert len(stopped) == 4 and {r.data.tags["rlsweep.outcome"] for r in stopped} == {"skipped"}
