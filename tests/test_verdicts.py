@@ -503,6 +503,40 @@ def test_an_a2c_gaussian_whose_std_never_moved_at_all_is_dead_unless_already_nea
     assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(entropy, True, tiny)).findings}
 
 
+def test_a_frozen_policy_whose_weights_shrank_tenfold_is_dead_where_the_norm_is_recorded():
+    """Weight decay 0.8 on an A2C Gaussian pulled its weights to 0.04 of their start: the policy sat
+    at SB3's starting outputs (mean ~0, std ~1 within 1%) while its gradient was not small, and the
+    corpus's label called it dead (its critic, pinned too, had been named instead). Both styles of
+    log; not without the norm (plain logs), nor with weights held at their start, nor when the
+    entropy moves (a network that shrinks while its policy changes is learning something)."""
+    n = 100
+    entropy = [1.4189 + 0.001 * (i % 3) for i in range(n)]
+    shrunk = [16.4 * max(0.04, 0.9**i) for i in range(n)]  # to 0.04 of the start by update 31
+    h = _a2c_history(entropy, continuous=True)
+    assert "dead_policy_gradient" not in _kinds(h)  # the std moves by 0.2%: not 'still', not starved
+    h.series["param_norm"] = (list(range(n)), shrunk)
+    h.context["param_norm_start"] = 16.4
+    verdict = judge(h)
+    assert verdict.verdict == "dead_policy_gradient"
+    dead = verdict.findings[0]
+    assert dead.certain and dead.evidence["weights_norm_over_start"] == pytest.approx(0.04)
+    assert "shrank to 0.04 of their norm at the start" in dead.causes[0]
+    h.context["param_norm_start"] = 0.5  # the same norms against a start they never left by tenfold
+    assert "dead_policy_gradient" not in _kinds(h)
+    moving = _a2c_history([1.4189 - 0.01 * i for i in range(n)], continuous=True)
+    moving.series["param_norm"] = (list(range(n)), shrunk)
+    moving.context["param_norm_start"] = 16.4
+    assert "dead_policy_gradient" not in _kinds(moving)
+    # PPO-style: no clipping, a KL of 1e-3 (over the bar of a policy that does not move) and a
+    # frozen entropy beside weights at a tenth of their start
+    flat = [-600.0 + i % 3 for i in range(n)]
+    ppo = ppo_history(n, kl=1e-3, clip=0.0, entropy=entropy, param_norm=shrunk, ep_return=flat)
+    ppo.context.update(param_norm_start=16.4, continuous=True)
+    assert "dead_policy_gradient" in _kinds(ppo)
+    ppo.context["param_norm_start"] = 0.5
+    assert "dead_policy_gradient" not in _kinds(ppo)
+
+
 def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_updates():
     n = 40
     # an A2C-style log (no KL), gradients and value loss quiet: only the weights' own movement shows it

@@ -91,6 +91,16 @@ def clipping_off(history: History) -> bool:
     return clip is not None and not math.isfinite(float(clip))
 
 
+def weights_start(history: History, norms: np.ndarray) -> float | None:
+    """The weights' norm when training began: the context's ``param_norm_start`` (the callback's),
+    else the first finite, positive ``norms`` record; None when neither is known."""
+    start = history.context.get("param_norm_start")
+    if isinstance(start, (int, float)) and math.isfinite(start) and start > 0:
+        return float(start)
+    finite = norms[np.isfinite(norms) & (norms > 0)]
+    return float(finite[0]) if len(finite) else None
+
+
 def is_continuous(history: History) -> bool:
     """A Gaussian policy: as the run's context says, else from whether a std was logged, else (a
     plain log without a std: CleanRL's) from the entropy itself:

@@ -17,6 +17,13 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
   or (discrete policies) the entropy still at its very first value (weight decay or an entropy
   bonus holding the policy at uniform while its gradient is not small).
+- Either style, where the callback recorded the weights' norm (``param_norm``): entropy (and
+  std) frozen over the window while the weights sit at ``weights_shrunk`` of their norm at the
+  start or less. A network pulled that close to 0 (weight decay) computes about what it
+  computed at the start, where SB3 starts a policy's outputs (an action head at gain 0.01, a
+  log_std of 0, which decay also pulls to 0): its policy has not moved, whatever its gradients.
+  The mirror of exploding_updates' tenfold growth; no corpus run that learned shrank its weights
+  at all.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
@@ -36,6 +43,7 @@ from stability.detectors._base import (
     rel_change,
     returns_rose,
     streak_start,
+    weights_start,
     window_size,
 )
 from stability.findings import Finding
@@ -84,6 +92,7 @@ class DeadPolicyGradient(Detector):
                 dead = unclipped and quiet and moved < t["window_kl_max"]
             else:
                 dead = unclipped and (quiet or _never_moved(history, t, evidence))
+            dead = dead or (unclipped and frozen_entropy is True and _weights_pinned(history, w, t, evidence))
             onset = None if tiny else streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
@@ -96,7 +105,8 @@ class DeadPolicyGradient(Detector):
                 still = _std_never_moved(history, t, evidence)
             else:
                 still = _never_moved(history, t, evidence)
-            dead = bool(frozen_entropy) and frozen_std is not False and (starved or still)
+            pinned = _weights_pinned(history, w, t, evidence)
+            dead = bool(frozen_entropy) and frozen_std is not False and (starved or still or pinned)
             onset = n - w
         if not dead or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
@@ -190,6 +200,22 @@ def _std_never_moved(history: History, t: dict[str, Any], evidence: dict[str, An
     return drift < t["std_never_moved_max"]
 
 
+def _weights_pinned(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """The weights' norm (the callback's ``param_norm``) over the last ``w`` records, as a median,
+    at ``weights_shrunk`` of its start or less: the network has been pulled to about 0 and computes
+    about its start's outputs. False where the norm was not recorded (plain logs)."""
+    at, norms = history.arrays("param_norm")
+    if not len(norms):
+        return False
+    start = weights_start(history, norms)
+    late = [float(v) for v in norms[at >= len(history) - w] if math.isfinite(v)]
+    if start is None or not late:
+        return False
+    ratio = median(late) / start
+    evidence["weights_norm_over_start"] = ratio
+    return ratio <= t["weights_shrunk"]
+
+
 def _window_kl(history: History, w: int) -> float:
     """The window's approx_kl values summed: how far its updates moved the policy, in nats, were
     each update's move independent of the others (a policy pushed the same way every update moves
@@ -236,6 +262,12 @@ def _causes(
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
     ctx = history.context
+    shrunk = evidence.get("weights_norm_over_start", 1.0) <= t["weights_shrunk"]
+    if shrunk:
+        causes.append(
+            f"the weights shrank to {evidence['weights_norm_over_start']:.2g} of their norm at the start: the "
+            "network is held near 0 and computes about its first outputs"
+        )
     decay = advice.weight_decay(ctx, t["weight_decay"], "policy")
     if decay is not None:
         causes.append(decay[0])

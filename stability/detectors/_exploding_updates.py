@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, clipping_off, median, near_deterministic
+from stability.detectors._base import Detector, clipping_off, median, near_deterministic, weights_start
 from stability.findings import Finding
 from stability.signals import History
 
@@ -164,16 +164,12 @@ def _weights_growth(history: History, limit: float) -> tuple[float, int | None] 
     at, norms = history.arrays("param_norm")
     if not len(norms):
         return None
-    ctx = history.context
-    start = ctx.get("param_norm_start")
-    if not isinstance(start, (int, float)) or not math.isfinite(start) or start <= 0:
-        finite = norms[np.isfinite(norms) & (norms > 0)]
-        if not len(finite):
-            return None
-        start = float(finite[0])
-    unit = ctx.get("param_norm_unit")
+    start = weights_start(history, norms)
+    if start is None:
+        return None
+    unit = history.context.get("param_norm_unit")
     if isinstance(unit, (int, float)) and math.isfinite(unit):
-        start = max(float(start), float(unit))
+        start = max(start, float(unit))
     with np.errstate(invalid="ignore"):
         ratio = norms / start
         over = ratio >= limit  # NaN (a weight NaN) is nan_scale's, never a growth
