@@ -25,7 +25,9 @@ ACROBOT_ENVS = ("acrobot", "acrobot_dict")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh46 split (the result: written after the last change, before any of its runs)",
+    "unseen": "Fresh48 split (the result: written after the last change, before any of its runs)",
+    "fresh47": "Fresh47 split (held out from the weights'-shrink change, no verdict moved: in-sample now)",
+    "fresh46": "Fresh46 split (held out from the weights'-norm change a second time: in-sample now)",
     "fresh45": "Fresh45 split (held out from the weights'-norm change, no verdict moved: in-sample now)",
     "fresh44": "Fresh44 split (held out from the recent-return change: in-sample now)",
     "fresh43": "Fresh43 split (held out from the explained-variance change: in-sample now)",
@@ -121,7 +123,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Forty-eight splits scored, each fixed by case before its "
+        "Fifty splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -206,8 +208,14 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "fresh45 (written after fresh44 was trained and before that change, on a new env, Acrobot-v1 with a "
         "Dict observation; trained again with the callback that records the norm once the change was "
         "committed, never scored before) held it out, and no verdict of it moved; "
-        "**fresh46 (written after that change was committed and before any of its cases ran, on a new env, "
-        "Pendulum-v1 cut to 100-step episodes, three of its cases built to explode) held it out a second time "
+        "fresh46 (written after that change was committed and before any of its cases ran, on a new env, "
+        "Pendulum-v1 cut to 100-step episodes, three of its cases built to explode) held it out a second time. "
+        "The last change (dead_policy_gradient also read from weights shrunk to a tenth of their start beside "
+        "a frozen entropy, where the callback records their norm) was made with fresh37 to fresh46 in view; "
+        "fresh47 (written after fresh46 was trained and before that change, on a new env, "
+        "MountainCarContinuous-v0 with a Dict observation) held it out, and no verdict of it moved; "
+        "**fresh48 (written after that change was committed and before any of its cases ran, on a new env, "
+        "CartPole-v1 cut at 1000 steps, two of its cases with a large weight decay) held it out a second time "
         "and is the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
