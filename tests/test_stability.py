@@ -585,7 +585,9 @@ def test_a_critic_off_its_returns_beside_a_policy_that_learns_is_a_warning():
     n = 40
     off = {"critic_error": [0.9] * n, "critic_r2": [-3.0] * n}
     learns = ppo_history(n, **off, ep_return=[20.0 + 12 * i for i in range(n)])  # CartPole: 20 -> 488
-    assert classify(learns, final=True).verdict == "stuck_value_loss"  # without a reference: its own rise says nothing
+    alone = classify(learns, final=True)  # without a reference: its own rise says nothing ...
+    assert alone.verdict == "stuck_value_loss"
+    assert "no reference return is known" in alone.findings[0].advice[-1]  # ... and the finding says what would
     learns.context.update(reference_return=475.0, reference_source="CartPole-v1's registered reward_threshold")
     verdict = classify(learns, final=True)
     finding = next(f for f in verdict.findings if f.kind == "stuck_value_loss")
@@ -595,7 +597,11 @@ def test_a_critic_off_its_returns_beside_a_policy_that_learns_is_a_warning():
     # a rise a sixth of the way (22 -> 96 of 475) is short of it: the critic's failure stands
     slow = ppo_history(n, **off, ep_return=[20.0 + 2 * i for i in range(n)])
     slow.context["reference_return"] = 475.0
-    assert classify(slow, final=True).verdict == "stuck_value_loss"
+    short = classify(slow, final=True)
+    assert short.verdict == "stuck_value_loss"
+    assert not any("no reference return" in a for a in short.findings[0].advice)
+    flat = ppo_history(n, **off, ep_return=[20.0 - 0.1 * i for i in range(n)])  # nothing rose: nothing to say
+    assert not any("no reference return" in a for a in classify(flat, final=True).findings[0].advice)
     # returns that start past the reference and stay there (a reward in negative units, Acrobot's) learnt it
     solved = ppo_history(n, **off, ep_return=[-95.0 + 3 * math.sin(i) for i in range(n)])
     solved.context["reference_return"] = -100.0

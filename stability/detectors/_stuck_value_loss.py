@@ -207,7 +207,7 @@ class StuckValueLoss(Detector):
             history.step_of(n - w),
             message,
             evidence,
-            advice.texts(patches),
+            advice.texts(patches) + _reference_advice(history, learned, final),
             causes,
             certain=not (short or unsure or live or learned),
             patches=patches,
@@ -288,6 +288,11 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
+NO_REFERENCE = (
+    "the returns rose, and no reference return is known to tell how far: if this run's policy did "
+    "learn, its critic only lags it (a warning); give the env's return when solved to tell "
+    "(stability.reference_return in a sweep, --reference-return or --env to diagnose)"
+)
 RECENT_RECORDS = 5  # records of the episodes that ended since the one before, read at the run's end
 
 
@@ -306,17 +311,41 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     start stays the logged one: early, the 100 episodes are the run's first and no older. None without a
     reference."""
     reference = history.context.get("reference_return")
+    ends = _ends(history)
+    if not isinstance(reference, (int, float)) or not math.isfinite(reference) or ends is None:
+        return None
+    first, last = ends
+    bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
+    evidence.update(return_start=first, return_end=last, reference_return=float(reference))
+    return last >= bar
+
+
+def _reference_advice(history: History, learned: bool | None, final: bool) -> list[str]:
+    """Once the run has ended with its returns risen and no reference return to measure the rise
+    against: the hard negative "a critic lagging a policy that learns" cannot be told apart, and on
+    the corpus it is what this finding gets wrong most on envs without one (CartPole with another
+    time limit or noisy rewards: healthy runs that learned, flagged stuck). Say what would tell it."""
+    return [NO_REFERENCE] if final and learned is None and _rose(history) else []
+
+
+def _ends(history: History) -> tuple[float, float] | None:
+    """The run's episode return at its start and at its end, as :func:`_learned` reads them; None
+    with fewer than two return records."""
     returns = [v for v in history.values("ep_return") if math.isfinite(v)]
-    if not isinstance(reference, (int, float)) or not math.isfinite(reference) or len(returns) < 2:
+    if len(returns) < 2:
         return None
     k = min(RETURN_RECORDS, max(1, len(returns) // 4))
     first, last = median(returns[:k]), median(returns[-k:])
     recent = [v for v in history.values("ep_return_recent") if math.isfinite(v)]
     if len(recent) >= 2 * RECENT_RECORDS:  # the callback's: the policy's own returns at the end
         last = median(recent[-RECENT_RECORDS:])
-    bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
-    evidence.update(return_start=first, return_end=last, reference_return=float(reference))
-    return last >= bar
+    return first, last
+
+
+def _rose(history: History) -> bool:
+    """The run's episode return at its end above its start (:func:`_ends`)."""
+    ends = _ends(history)
+    return ends is not None and ends[1] > ends[0]
 
 
 def _returns_read(ctx: dict[str, Any], evidence: dict[str, Any]) -> tuple[float, float, float, str]:
