@@ -22,8 +22,9 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   start or less. A network pulled that close to 0 (weight decay) computes about what it
   computed at the start, where SB3 starts a policy's outputs (an action head at gain 0.01, a
   log_std of 0, which decay also pulls to 0): its policy has not moved, whatever its gradients.
-  The mirror of exploding_updates' tenfold growth; no corpus run that learned shrank its weights
-  at all.
+  The mirror of exploding_updates' tenfold growth. In view when it was set, only the weight-decay
+  cases shrank their weights at all (to 0.04-0.12 of their start); a healthy run at a weight decay
+  of 0.001 later ended at 0.84.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
