@@ -766,6 +766,10 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         value = getattr(model, name, None)
         if isinstance(value, (bool, int, float)):
             ctx[name] = value
+    clip_vf = getattr(model, "clip_range_vf", None)  # PPO keeps it as a schedule: its value at the start
+    clip_vf = clip_vf(1.0) if callable(clip_vf) else clip_vf
+    if isinstance(clip_vf, (int, float)) and not isinstance(clip_vf, bool):
+        ctx["clip_range_vf"] = float(clip_vf)
     ctx["norm_reward"] = bool(vecnorm is not None and vecnorm.norm_reward)
     ctx["norm_obs"] = bool(vecnorm is not None and vecnorm.norm_obs)
     space = model.action_space

@@ -178,6 +178,7 @@ def menu(
             ("policy_gain", {"init_gains": {"policy": 0.01}}),
             ("normalize_advantage", {"normalize_advantage": True}),
             ("target_kl", {"target_kl": None}),  # offered only where the config sets one
+            ("clip_range_vf", {"clip_range_vf": None}),  # likewise
         ]
     if continuous:
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))

@@ -393,6 +393,8 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     assert context_from_hyperparams({"normalize": {"obs": True}})["norm_reward"] is False
     assert context_from_hyperparams({"normalize": False}) == {"norm_obs": False, "norm_reward": False}
     assert context_from_hyperparams({"max_grad_norm": "off"})["max_grad_norm"] == math.inf  # no clipping
+    assert context_from_hyperparams({"clip_range_vf": 3e-5})["clip_range_vf"] == 3e-5  # PPO's value clip
+    assert "clip_range_vf" not in context_from_hyperparams({"clip_range_vf": "lin_0.1"})  # a schedule: no number
     # an optimizer class named without its weight decay has torch's default: AdamW's is 0.01
     adamw = context_from_hyperparams({"algo": "ppo", "policy_kwargs": "dict(optimizer_class=th.optim.AdamW)"})
     assert (adamw["optimizer"], adamw["weight_decay"]) == ("AdamW", 0.01)

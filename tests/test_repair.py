@@ -82,6 +82,10 @@ def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
     # SB3's discount where the config's is a long horizon (as stuck_value_loss advises), not otherwise
     assert "gamma" not in items and "gamma" not in {m["name"] for m in rp.menu({}, {"gamma": 0.99}, False, True)}
     assert {"gamma": 0.99} in [m["patch"] for m in rp.menu({"gamma": 0.9999}, {"gamma": 0.99}, False, True)]
+    # no value clip only where the config sets one (SB3's PPO has none by default)
+    assert "clip_range_vf" not in items
+    clipped = {m["name"]: m["patch"] for m in rp.menu({"clip_range_vf": 3e-5}, {"clip_range_vf": None}, True, True)}
+    assert clipped["clip_range_vf"] == {"clip_range_vf": None}
 
 
 # --- the plan -----------------------------------------------------------------------------------

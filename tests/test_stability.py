@@ -311,6 +311,24 @@ def test_stuck_names_a_value_head_started_large_from_its_threshold():
     assert not head_patch(Thresholds({"stuck_value_loss": {"value_head_std_max": 1.0}}))
 
 
+def test_stuck_names_a_tiny_value_clip_and_patches_it_away_first():
+    """PPO's clip_range_vf bounds how far one update moves the critic's values from the last
+    rollout's, in the returns' units: at 2e-5 the critic cannot follow returns of any size, and
+    what answers it is no clip (SB3's default), before normalising the rewards."""
+    n = 40
+    h = ppo_history(
+        n, value_loss=[50.0 + (i % 3) for i in range(n)], explained_variance=[1e-5] * n, return_rms=[10.0] * n
+    )
+    h.context["clip_range_vf"] = 2e-5
+    finding = classify(h, final=True).findings[0]
+    assert finding.kind == "stuck_value_loss"
+    assert [p["patch"] for p in finding.patches][0] == {"clip_range_vf": None}
+    assert any("clip_range_vf 2e-05" in c for c in finding.causes)
+    h.context["clip_range_vf"] = 0.2  # a clip of the usual size is no cause
+    finding = classify(h, final=True).findings[0]
+    assert {"clip_range_vf": None} not in [p["patch"] for p in finding.patches]
+
+
 def test_stuck_names_an_undiscounted_horizon_and_advises_sb3s_gamma_last():
     n = 40
     h = ppo_history(
@@ -984,7 +1002,25 @@ def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
     # both heads' starting scale: SB3's gains (0.01 for the policy's, 1 for the value's) on 8 units
     assert contexts[1]["policy_head_weight_std"] < 0.01 and 0.1 < contexts[1]["value_head_weight_std"] < 1.0
     assert contexts[1]["default_learning_rate"] == 7e-4  # A2C's own, read from its constructor
+    assert "clip_range_vf" not in contexts[1]  # A2C has none
     json.dumps(contexts)  # the context travels as JSON (MLflow's stability.context tag)
+    # PPO keeps its value clip as a schedule: the context holds its value at the start, none unset
+    from stable_baselines3 import PPO
+
+    for clip, expected in ((lambda _: 3e-5, 3e-5), (0.2, 0.2), (None, None)):
+        ppo = PPO(
+            "MlpPolicy",
+            env,
+            seed=0,
+            device="cpu",
+            n_steps=16,
+            batch_size=16,
+            clip_range_vf=clip,
+            policy_kwargs={"net_arch": [8]},
+        )
+        cb = StabilityCallback()
+        ppo.learn(16, callback=cb)
+        assert cb.history.context.get("clip_range_vf") == expected
 
 
 def test_a_learning_rate_far_above_the_algorithms_default_is_named_and_can_go_back_to_it():

@@ -38,7 +38,7 @@ from stability import references
 from stability.readers._errors import LogReadError
 
 # SB3 keyword arguments the detectors read, with the type each must have
-_NUMBERS = ("gamma", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "learning_rate")
+_NUMBERS = ("gamma", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "learning_rate", "clip_range_vf")
 _INTEGERS = ("n_steps",)
 _FLAGS = ("normalize_advantage", "use_sde")
 # rl-zoo3's algorithm names (and rlsweep's, SB3's class names in any case) -> SB3's class name
@@ -282,6 +282,8 @@ def _one_config(loaded: Any, file: Path) -> tuple[Mapping[str, Any], str | None]
 def _typed(value: Any, key: str, where: str) -> Any:
     if key == "learning_rate" and isinstance(value, str):
         return None  # a schedule (rl-zoo3's lin_X): the log holds the rate it used at each update
+    if key == "clip_range_vf" and isinstance(value, str):
+        return None  # likewise a schedule (the advice reads a number only)
     if key == "max_grad_norm" and value == "off":
         return math.inf  # rlsweep's spelling of no clipping (SB3 then clips at an infinite norm)
     if key in _FLAGS:
