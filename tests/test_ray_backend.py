@@ -312,8 +312,8 @@ def test_median_pruning_ends_the_trials_that_fall_behind(backend: str, workdir: 
     assert all(r.info.status == "KILLED" and "pruned by" in r.data.tags["rlsweep.cancelled"] for r in stopped)
     # stopped, not trained to the end: a local worker at its next update after the driver's
     # decision, Ray at the job's next batched report (at most a second apart); the decision waits
-    # for both seeds' evaluation at 2048, which on a loaded machine the faster seed can outrun by a
-    # few evaluations (one more, or, once on Ray, none before the end)
+    # for both seeds' evaluation at the pruning step (usually 2048), which on a loaded machine the
+    # faster seed can outrun by a few evaluations (one more, or, once on Ray, none before the end)
     last = total - 2048
     for run in stopped:
         history = client.get_metric_history(run.info.run_id, "eval/periodic_return")  # none if stopped queued

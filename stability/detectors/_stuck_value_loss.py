@@ -311,8 +311,10 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     start stays the logged one: early, the 100 episodes are the run's first and no older. None without a
     reference."""
     reference = history.context.get("reference_return")
+    if not isinstance(reference, (int, float)) or not math.isfinite(reference):
+        return None  # before the returns are read: without a reference, _rose reads them for the advice
     ends = _ends(history)
-    if not isinstance(reference, (int, float)) or not math.isfinite(reference) or ends is None:
+    if ends is None:
         return None
     first, last = ends
     bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference

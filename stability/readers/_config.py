@@ -41,6 +41,8 @@ from stability.readers._errors import LogReadError
 _NUMBERS = ("gamma", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "learning_rate", "clip_range_vf")
 _INTEGERS = ("n_steps",)
 _FLAGS = ("normalize_advantage", "use_sde")
+# numbers a config may give as a schedule string instead (then no number is read for them)
+_SCHEDULABLE = ("learning_rate", "clip_range_vf")
 # rl-zoo3's algorithm names (and rlsweep's, SB3's class names in any case) -> SB3's class name
 _ALGOS = {
     "a2c": "A2C",
@@ -280,10 +282,8 @@ def _one_config(loaded: Any, file: Path) -> tuple[Mapping[str, Any], str | None]
 
 
 def _typed(value: Any, key: str, where: str) -> Any:
-    if key == "learning_rate" and isinstance(value, str):
-        return None  # a schedule (rl-zoo3's lin_X): the log holds the rate it used at each update
-    if key == "clip_range_vf" and isinstance(value, str):
-        return None  # likewise a schedule (the advice reads a number only)
+    if key in _SCHEDULABLE and isinstance(value, str):
+        return None  # a schedule (rl-zoo3's lin_X): the log holds the rate; the advice reads numbers only
     if key == "max_grad_norm" and value == "off":
         return math.inf  # rlsweep's spelling of no clipping (SB3 then clips at an infinite norm)
     if key in _FLAGS:
