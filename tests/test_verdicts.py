@@ -523,10 +523,26 @@ def test_a_frozen_policy_whose_weights_shrank_tenfold_is_dead_where_the_norm_is_
     assert "shrank to 0.04 of their norm at the start" in dead.causes[0]
     h.context["param_norm_start"] = 0.5  # the same norms against a start they never left by tenfold
     assert "dead_policy_gradient" not in _kinds(h)
-    moving = _a2c_history([1.4189 - 0.01 * i for i in range(n)], continuous=True)
+    # a Gaussian's entropy measures only its std: its std decides. One the gradients' noise jitters
+    # by 3.5% about its first value (an entropy that moves 5% over the window: not frozen) is
+    # held where it started; one that moved by a quarter is learning something
+    jitter = [1.0 + 0.035 * (0, 1, -1, 0)[i % 4] for i in range(n)]
+    noisy = _a2c_history([1.4189 + math.log(s) for s in jitter], continuous=True, std=jitter)
+    noisy.series["param_norm"] = (list(range(n)), shrunk)
+    noisy.context["param_norm_start"] = 16.4
+    dead = judge(noisy).findings[0]
+    assert dead.kind == "dead_policy_gradient" and dead.evidence["std_max_drift"] == pytest.approx(0.035)
+    assert dead.summary.startswith("the policy has stayed where it started")
+    falling = [1.0 - 0.0025 * i for i in range(n)]
+    moving = _a2c_history([1.4189 + math.log(s) for s in falling], continuous=True, std=falling)
     moving.series["param_norm"] = (list(range(n)), shrunk)
     moving.context["param_norm_start"] = 16.4
     assert "dead_policy_gradient" not in _kinds(moving)
+    # a discrete policy's entropy decides for it: one that moves is not held
+    logits = _a2c_history([0.6931 - 0.002 * i for i in range(n)], continuous=False)
+    logits.series["param_norm"] = (list(range(n)), shrunk)
+    logits.context["param_norm_start"] = 16.4
+    assert "dead_policy_gradient" not in _kinds(logits)
     # PPO-style: no clipping, a KL of 1e-3 (over the bar of a policy that does not move) and a
     # frozen entropy beside weights at a tenth of their start
     flat = [-600.0 + i % 3 for i in range(n)]

@@ -17,9 +17,10 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
   or (discrete policies) the entropy still at its very first value (weight decay or an entropy
   bonus holding the policy at uniform while its gradient is not small).
-- Either style, where the callback recorded the weights' norm (``param_norm``): entropy (and
-  std) frozen over the window while the weights sit at ``weights_shrunk`` of their norm at the
-  start or less. A network pulled that close to 0 (weight decay) computes about what it
+- Either style, where the callback recorded the weights' norm (``param_norm``): a discrete
+  policy's entropy frozen over the window, or a Gaussian's std never further than
+  ``shrunk_std_drift_max`` from its first value, while the weights sit at ``weights_shrunk`` of
+  their norm at the start or less. A network pulled that close to 0 (weight decay) computes about what it
   computed at the start, where SB3 starts a policy's outputs (an action head at gain 0.01, a
   log_std of 0, which decay also pulls to 0): its policy has not moved, whatever its gradients.
   The mirror of exploding_updates' tenfold growth. In view when it was set, only the weight-decay
@@ -93,7 +94,8 @@ class DeadPolicyGradient(Detector):
                 dead = unclipped and quiet and moved < t["window_kl_max"]
             else:
                 dead = unclipped and (quiet or _never_moved(history, t, evidence))
-            dead = dead or (unclipped and frozen_entropy is True and _weights_pinned(history, w, t, evidence))
+            shrunk = not dead and unclipped and _held(history, frozen_entropy, t, evidence)
+            shrunk = shrunk and _weights_pinned(history, w, t, evidence)
             onset = None if tiny else streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
@@ -106,10 +108,11 @@ class DeadPolicyGradient(Detector):
                 still = _std_never_moved(history, t, evidence)
             else:
                 still = _never_moved(history, t, evidence)
-            pinned = _weights_pinned(history, w, t, evidence)
-            dead = bool(frozen_entropy) and frozen_std is not False and (starved or still or pinned)
+            dead = bool(frozen_entropy) and frozen_std is not False and (starved or still)
+            shrunk = not dead and _held(history, frozen_entropy, t, evidence)
+            shrunk = shrunk and _weights_pinned(history, w, t, evidence)
             onset = n - w
-        if not dead or returns_rose(history, w, at_best=True):  # converged by learning: not dead
+        if not (dead or shrunk) or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
         if _collapsed(history, t):  # frozen near determinism after moving there: entropy_collapse's case
             return None
@@ -124,6 +127,11 @@ class DeadPolicyGradient(Detector):
             summary = (
                 f"the policy has stopped changing (no KL, entropy frozen): a clip range of "
                 f"{evidence['clip_range_median']:.2g} clips every sample before it can move"
+            )
+        elif shrunk:
+            summary = (
+                f"the policy has stayed where it started while lr > 0: its weights were pulled to "
+                f"{evidence['weights_norm_over_start']:.2g} of their norm at the start"
             )
         elif history.has("approx_kl"):
             summary = "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
@@ -193,12 +201,35 @@ def _std_never_moved(history: History, t: dict[str, Any], evidence: dict[str, An
     included. (The exception, a log_std initialised outside a clamp's bounds, whose parameter
     then gets no gradient while the mean learns, is a config error of its own.) A std already
     under ``deterministic_std`` is a near-deterministic policy: entropy_collapse's to name."""
+    drift = _std_drift(history, t, evidence)
+    return drift is not None and drift < t["std_never_moved_max"]
+
+
+def _std_drift(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> float | None:
+    """How far a Gaussian's std got from its first value over the whole run, as a fraction of it
+    (noted in the evidence); None with fewer than two records or a first std under
+    ``deterministic_std`` (a near-deterministic policy: entropy_collapse's to name)."""
     std = [v for v in history.values("std") if math.isfinite(v) and v > 0]
     if len(std) < 2 or std[0] < t["deterministic_std"]:
-        return False
+        return None
     drift = max(abs(v - std[0]) for v in std) / std[0]
     evidence["std_max_drift"] = drift
-    return drift < t["std_never_moved_max"]
+    return drift
+
+
+def _held(history: History, frozen_entropy: bool | None, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """What must hold beside weights pulled to about 0 (:func:`_weights_pinned`) for the policy to
+    be where it started: a discrete policy's entropy frozen over the window; a Gaussian's std
+    never further than ``shrunk_std_drift_max`` from its first value. A Gaussian's entropy measures
+    only its std, and with the weights (log_std among them) pulled towards 0, its std jitters about
+    1 by a few percent from the gradients' noise (Pendulum with noisy rewards, a weight decay of
+    0.6 on A2C: 3-4%, an entropy that moved 2.5% over the window, so not frozen), while its
+    mean, computed by the shrunk network, stays about its first value. A std within 10% of its
+    first value is under 0.01 nats of KL per action dimension from it."""
+    if not is_continuous(history) or not history.has("std"):
+        return frozen_entropy is True
+    drift = _std_drift(history, t, evidence)
+    return drift is not None and drift <= t["shrunk_std_drift_max"]
 
 
 def _weights_pinned(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
