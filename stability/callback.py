@@ -89,9 +89,6 @@ class StabilityCallback(BaseCallback):
     :param reference_return: the episode return at which the env counts as learnt (see
         :mod:`stability.references`); default: the training env's registered ``reward_threshold``
         where it has one and no wrapper over it may change the reward.
-    :param reached_return: ``(return, where it was reached)``: a return another run reached, the
-        reference where neither of those is known (a sweep passes the best return a healthy seed
-        of it reached so far; see :func:`stability.references.reached`).
     """
 
     def __init__(
@@ -105,7 +102,6 @@ class StabilityCallback(BaseCallback):
         max_grad_norm: float | None = None,
         override_keys: Iterable[str] = OVERRIDE_KEYS,
         reference_return: float | None = None,
-        reached_return: tuple[float, str] | None = None,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -131,11 +127,6 @@ class StabilityCallback(BaseCallback):
         ):
             raise ValueError(f"reference_return must be a finite number, but got {reference_return!r}")
         self.reference_return = reference_return
-        if reached_return is not None and not (
-            isinstance(reached_return[0], (int, float)) and math.isfinite(reached_return[0])
-        ):
-            raise ValueError(f"reached_return must hold a finite return, but got {reached_return!r}")
-        self.reached_return = reached_return
         self.history = History()
         self.verdict = Verdict.empty()
         self._judge = Judge(self.thresholds)
@@ -192,7 +183,7 @@ class StabilityCallback(BaseCallback):
             clip = self.max_grad_norm if self.max_grad_norm is not None else getattr(self.model, "max_grad_norm", None)
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
         self.history.context.update(_context(self.model, self._vecnorm))
-        self.history.context.update(_reference(env, self.reference_return, self.reached_return))
+        self.history.context.update(_reference(env, self.reference_return))
         self._weights = _Weights(self.model.policy)
         self.history.context["param_norm_start"] = self._weights.norm
         self.history.context["param_norm_unit"] = _unit_norm(self._weights.params)
@@ -735,10 +726,9 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
     return value
 
 
-def _reference(env: Any, given: float | None, reached: tuple[float, str] | None = None) -> dict[str, Any]:
+def _reference(env: Any, given: float | None) -> dict[str, Any]:
     """The run's reference return and where it came from: the one given, else the training env's
-    registered reward_threshold (read from its first env's spec), else the return ``reached`` by
-    another run, else nothing. The spec is read
+    registered reward_threshold (read from its first env's spec), else nothing. The spec is read
     only in this process (a DummyVecEnv under any VecEnv wrappers): asking a SubprocVecEnv's
     workers for it pickles it back, and a spec holding a lambda kills the worker; give those
     runs their reference."""
@@ -750,10 +740,7 @@ def _reference(env: Any, given: float | None, reached: tuple[float, str] | None 
     while inner is not None and not isinstance(inner, DummyVecEnv):
         inner = getattr(inner, "venv", None)  # VecEnv wrappers (VecNormalize, VecFrameStack, ...)
     envs = getattr(inner, "envs", None) or [None]
-    found = references.context(references.registered(getattr(envs[0], "spec", None)))
-    if not found and reached is not None:
-        return references.reached(*reached)
-    return found
+    return references.context(references.registered(getattr(envs[0], "spec", None)))
 
 
 def _context(model: Any, vecnorm: Any) -> dict[str, Any]:

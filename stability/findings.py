@@ -39,9 +39,6 @@ class Verdict:
     updates: int
     last_step: int
     notes: list[str] = field(default_factory=list)  # what limited the judgement (e.g. a short run)
-    # The run's logged episode return at its start and at its end (what stuck_value_loss measures a
-    # policy's progress by); a sweep takes its healthy seeds' ends as a reference for later trials
-    returns: tuple[float, float] | None = None
 
     @classmethod
     def empty(cls) -> Verdict:
@@ -62,7 +59,6 @@ class Verdict:
             "updates": self.updates,
             "last_step": self.last_step,
             "notes": list(self.notes),
-            "returns": None if self.returns is None else {"start": self.returns[0], "end": self.returns[1]},
             "findings": [f.to_dict() for f in self.findings],
         }
 

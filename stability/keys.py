@@ -16,7 +16,6 @@ WARM_START = "rlsweep.warm_start"  # the sweep a trial's config or knowledge cam
 VERDICT = "rlsweep.verdict"  # the trial's verdict
 VERDICTS = "rlsweep.verdicts"  # {seed: verdict}
 RETURNS = "rlsweep.returns"  # {seed: mean evaluation return}
-REACHED = "rlsweep.reached"  # {seed: logged episode return at its end}, of the healthy seeds
 PARAMS = "rlsweep.params"  # the sampled values, decoded, by dotted name
 ERROR = "rlsweep.error"  # "Type: message" of the crash
 FINGERPRINT = "rlsweep.fingerprint"  # study attribute: the spec a sweep was run from

@@ -10,9 +10,6 @@ other keyword arguments or another time limit (``max_episode_steps``, CartPole's
 ``sutton_barto_reward``) has none, and so has one with a wrapper between the env and the outermost
 recorder of its episode returns (SB3's Monitor, Gymnasium's RecordEpisodeStatistics) that may
 change the reward: anything but an observation or action wrapper.
-
-Where none of these is known, a sweep gives its trials a return reached (:func:`reached`): the
-best a healthy seed of the same sweep reached so far.
 """
 
 from __future__ import annotations
@@ -126,11 +123,3 @@ def _leaves_reward(entry_point: Any) -> bool:
     except (ImportError, AttributeError, ValueError):
         return False
     return isinstance(cls, type) and issubclass(cls, (gym.ObservationWrapper, gym.ActionWrapper))
-
-
-def reached(value: float, source: str) -> dict[str, Any]:
-    """A return another run reached, as the run-context keys the detectors read: what a sweep
-    gives a trial whose env has no reference, the best return a healthy seed of the sweep reached
-    with the same budget. Marked ``reference_reached``: it is not a level that counts as solved,
-    and ``stuck_value_loss`` asks a policy to get further towards it (``learned_fraction_reached``)."""
-    return {"reference_return": float(value), "reference_source": source, "reference_reached": True}

@@ -101,7 +101,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "value_head_std_max": 0.5,
         "long_horizon_gamma": 0.999,
         "learned_fraction": 0.2,
-        "learned_fraction_reached": 0.5,
     },
     "entropy_collapse": {
         "enabled": True,

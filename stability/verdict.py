@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stability.detectors import DETECTORS
-from stability.detectors._base import return_ends
 from stability.findings import Finding, Verdict
 from stability.signals import History
 from stability.thresholds import Thresholds
@@ -111,11 +110,9 @@ def _verdict(findings: list[Finding], history: History, notes: list[str]) -> Ver
     """Findings ranked; the verdict is the first certain one, else healthy."""
     findings = sorted(findings, key=_rank)
     certain = [f for f in findings if f.certain]
-    returns = return_ends(history)
     if certain:
-        first = certain[0]
-        return Verdict(first.kind, first.onset_step, findings, len(history), history.last_step, notes, returns)
-    return Verdict("healthy", None, findings, len(history), history.last_step, notes, returns)
+        return Verdict(certain[0].kind, certain[0].onset_step, findings, len(history), history.last_step, notes)
+    return Verdict("healthy", None, findings, len(history), history.last_step, notes)
 
 
 __all__ = ["PRIORITY", "rank", "Finding", "Judge", "Verdict", "checkpoints", "classify", "judge"]

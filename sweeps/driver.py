@@ -168,8 +168,6 @@ class Driver:
             if r.verdict:
                 p.verdicts[r.verdict] = p.verdicts.get(r.verdict, 0) + 1
         self._update_best(previous)
-        for r in map(record, previous):
-            self._reached(r.number, r.reached)
         p.jobs_total = max(p.target - p.done, 0) * len(self.spec.seed_list) if self.open_trials else 0
         if self.spec.time_budget is not None:  # counted from this run, as Optuna's own timeout is
             p.deadline = time.monotonic() + self.spec.time_budget
@@ -443,10 +441,6 @@ class Driver:
             return
         trial, p = active.optuna_trial, self.progress
         trial.set_user_attr(keys.RETURNS, {str(s): r for s, r in active.returns.items()})
-        reached = _reached_returns(active.verdicts)
-        if reached:
-            trial.set_user_attr(keys.REACHED, {str(s): r for s, r in reached.items()})
-            self._reached(active.number, reached)
         verdict = trial_verdict(active.verdicts)
         if active.verdicts:
             trial.set_user_attr(keys.VERDICT, verdict["verdict"])
@@ -815,32 +809,11 @@ class Driver:
                     if run_id:
                         self._tracked(partial(self.tracker.end_run, run_id, "KILLED", tags=killed))
 
-    def _reached(self, number: int, reached: dict[int, float]) -> None:
-        """A closed trial's healthy seeds' returns at their end: the best of them all so far is the
-        reference return the trials started from now on are judged against, where the sweep gives
-        none (``stability.reference_return``) and their env has no registered one (see
-        :func:`stability.references.reached`): a critic that lags a policy which got half way to
-        what a working config of this sweep reached is a warning, not stuck."""
-        if not reached or self.spec.stability.reference_return is not None:
-            return
-        seed, value = max(reached.items(), key=lambda item: item[1])
-        best = self._stability.get("reached_return")
-        if best is None or value > best[0]:
-            where = f"the best return a healthy seed of this sweep reached: trial {number}, seed {seed}"
-            # a new mapping: the jobs already made keep the one they were made with
-            self._stability = self._stability | {"reached_return": [value, where]}
-
     def _update_best(self, trials: list[Any]) -> None:
         complete = [r for r in map(record, trials) if r.value is not None and r.state == "COMPLETE"]
         if complete:
             best = max(complete, key=lambda r: r.value or 0.0)
             self.progress.best, self.progress.best_trial = best.value, best.number
-
-
-def _reached_returns(verdicts: dict[int, dict[str, Any]]) -> dict[int, float]:
-    """The logged return at their end (the verdict's ``returns``) of the seeds judged healthy."""
-    ends = {s: (v.get("returns") or {}).get("end") for s, v in verdicts.items() if v.get("verdict") == "healthy"}
-    return {s: float(e) for s, e in ends.items() if isinstance(e, (int, float)) and math.isfinite(e)}
 
 
 def trial_verdict(verdicts: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -37,7 +37,6 @@ class TrialRecord:
     confirm: dict[str, Any] | None = None  # a repair's run on fresh seeds
     patches: list[dict[str, Any]] = field(default_factory=list)  # its findings' knob patches
     env_broke: bool = False  # its findings say its env handed back non-finite values (no knob repairs it)
-    reached: dict[int, float] = field(default_factory=dict)  # its healthy seeds' logged return at their end
 
     @property
     def failed_seeds(self) -> int:
@@ -153,5 +152,4 @@ def record(t: Any) -> TrialRecord:
         confirm=attrs.get(keys.CONFIRM),
         patches=list(attrs.get(keys.PATCHES, [])),
         env_broke=bool(attrs.get(keys.ENV_BROKE, False)),
-        reached={int(k): float(v) for k, v in attrs.get(keys.REACHED, {}).items()},
     )

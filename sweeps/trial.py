@@ -183,7 +183,6 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any
         stop_on=stop_on,
         max_grad_norm=max_grad_norm,
         reference_return=settings.get("reference_return"),
-        reached_return=tuple(settings["reached_return"]) if settings.get("reached_return") else None,
         **({"override_keys": keys} if keys else {}),
     )
 

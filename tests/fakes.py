@@ -22,14 +22,9 @@ PATCHES = {
 
 
 def result(
-    verdict: str = "healthy",
-    mean_return: float = 1.0,
-    stopped_by: str | None = None,
-    onset: int = 10,
-    end_return: float | None = None,
+    verdict: str = "healthy", mean_return: float = 1.0, stopped_by: str | None = None, onset: int = 10
 ) -> TrialResult:
-    """A finished seed as a training reports it, with a finding (and its patches) when it failed,
-    and with ``end_return`` its logged episode return at its end (the verdict's ``returns``)."""
+    """A finished seed as a training reports it, with a finding (and its patches) when it failed."""
     finding = {
         "kind": verdict,
         "certain": True,
@@ -51,7 +46,6 @@ def result(
             "verdict": verdict,
             "onset_step": None if verdict == "healthy" else onset,
             "findings": [] if verdict == "healthy" else [finding],
-            "returns": None if end_return is None else {"start": 0.0, "end": end_return},
         },
         stopped_by=stopped_by,
     )

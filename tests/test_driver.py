@@ -259,35 +259,6 @@ def test_an_interrupted_sweep_abandons_its_jobs_and_the_next_run_requeues_them()
     assert progress.requeued == [0] and [t.number for t in st.counted(study)] == [1, 2]
 
 
-def test_trials_started_after_a_healthy_seed_are_judged_against_the_best_return_reached():
-    """Where the sweep gives no reference return, each trial starts with the best return at its end
-    that a healthy seed of the sweep reached so far (stuck_value_loss then tells a critic lagging a
-    policy that learns from a stuck one); a failing seed's return never counts; it is kept with the
-    trial and read back when the sweep is run again."""
-    ends = {0: 120.0, 1: 400.0, 2: 300.0, 3: 90.0}
-
-    def script(config: TrialConfig, attempt: int) -> list:
-        verdict = "stuck_value_loss" if config.trial == 1 else "healthy"
-        return [result(verdict, end_return=ends[config.trial])]
-
-    driver, study, backend, _ = _driver(script, capacity=1, seeds=1, trials=3)
-    driver.run()
-    given = [c.stability.get("reached_return") for c in backend.submitted]
-    best_of_0 = [120.0, "the best return a healthy seed of this sweep reached: trial 0, seed 0"]
-    assert given == [None, best_of_0, best_of_0]  # trial 1's 400 was not healthy
-    assert study.get_trials()[2].user_attrs[keys.REACHED] == {"0": 300.0}
-    assert keys.REACHED not in study.get_trials()[1].user_attrs
-    again, study, backend, _ = _driver(script, capacity=1, seeds=1, trials=4, study=study)
-    again.run()
-    assert [c.stability.get("reached_return") for c in backend.submitted] == [
-        [300.0, "the best return a healthy seed of this sweep reached: trial 2, seed 0"]
-    ]
-    # a reference the sweep gives stands for every trial
-    fixed, _, backend, _ = _driver(script, capacity=1, seeds=1, trials=3, stability={"reference_return": 500.0})
-    fixed.run()
-    assert [c.stability.get("reached_return") for c in backend.submitted] == [None] * 3
-
-
 def test_metrics_of_a_job_reach_its_seed_run_in_order():
     driver, _, _, tracker = _driver(lambda c, a: [*metrics(1, 2, 3), result()], seeds=1)
     driver.run()

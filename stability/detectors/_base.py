@@ -185,27 +185,6 @@ def near_deterministic(history: History, entropy_fraction: float, std_max: float
         return {int(i) for i in indices[np.isfinite(values) & (values < limit)]}
 
 
-RETURN_RECORDS = 3  # records read at each end of a run for its return there
-RECENT_RECORDS = 5  # records of the episodes that ended since the one before, read at the run's end
-
-
-def return_ends(history: History) -> tuple[float, float] | None:
-    """The run's episode return at its start and at its end: the medians of its first and last
-    ``RETURN_RECORDS`` records (of a quarter of them in a short run), the end instead the median of
-    its last ``RECENT_RECORDS`` records of ``ep_return_recent`` where the callback recorded at least
-    twice as many (the episodes that ended since its record before: SB3's logged return is a mean
-    over the last 100 episodes and lags the policy). None with fewer than two return records."""
-    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
-    if len(returns) < 2:
-        return None
-    k = min(RETURN_RECORDS, max(1, len(returns) // 4))
-    first, last = median(returns[:k]), median(returns[-k:])
-    recent = [v for v in history.values("ep_return_recent") if math.isfinite(v)]
-    if len(recent) >= 2 * RECENT_RECORDS:  # the callback's: the policy's own returns at the end
-        last = median(recent[-RECENT_RECORDS:])
-    return first, last
-
-
 def returns_rose(history: History, w: int, at_best: bool = False) -> bool:
     """Episode returns rose from the first window to the last by most of their range and by
     over 10% of their own size (noise does neither); with ``at_best``, they also sit near their best."""

@@ -110,7 +110,6 @@ from stability.detectors._base import (
     determinism_series,
     median,
     progress,
-    return_ends,
     returns_rose,
     window_size,
 )
@@ -288,38 +287,37 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     return big or worse_than_mean
 
 
+RETURN_RECORDS = 3  # records read at each end of a run for its return there
 NO_REFERENCE = (
     "the returns rose, and no reference return is known to tell how far: if this run's policy did "
     "learn, its critic only lags it (a warning); give the env's return when solved to tell "
     "(stability.reference_return in a sweep, --reference-return or --env to diagnose)"
 )
+RECENT_RECORDS = 5  # records of the episodes that ended since the one before, read at the run's end
 
 
 def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool | None:
     """The run's policy learns despite its critic: with a reference return in the context (the
     spec's, or the env's registered reward threshold), its episode return at the end got at least
     ``learned_fraction`` of the way from its return at the start to it (or reached it, where it
-    started at or past it); with a reference another run reached (``reference_reached``: the best
-    return a healthy seed of the same sweep reached, with the same budget, rather than a level
-    that counts as solved), ``learned_fraction_reached`` of the way. Start and end as
-    :func:`~stability.detectors._base.return_ends` reads them: the medians of the first and last
-    ``RETURN_RECORDS`` records (in SB3 logs each is already a mean over the last 100 episodes, so
-    it lags the policy; a window's median would lag it further: the quickstart's gamma 0.999 trial
-    logs 38 -> 163 over its first and last quarters, 18 -> 186 at its ends, and its policy returns
-    450-500 when evaluated), the end from ``ep_return_recent`` where the callback recorded it (the
-    episodes that ended since its record before: a mean over 100 episodes of 1000 steps covers most
-    of a 100k-step run; a MountainCar A2C whose last episodes returned 73 on average logged -5, a PPO
-    whose last ones returned 84 logged 22). The start stays the logged one: early, the 100 episodes
-    are the run's first and no older. None without a reference."""
+    started at or past it). Start and end are the medians of the first and last ``RETURN_RECORDS``
+    records (in SB3 logs each is already a mean over the last 100 episodes, so it lags the policy;
+    a window's median would lag it further: the quickstart's gamma 0.999 trial logs 38 -> 163 over
+    its first and last quarters, 18 -> 186 at its ends, and its policy returns 450-500 when
+    evaluated). Where the callback recorded ``ep_return_recent`` (the episodes that ended since its
+    record before), the end is the median of its last ``RECENT_RECORDS`` records instead: a mean
+    over 100 episodes of 1000 steps covers most of a 100k-step run (a MountainCar A2C whose last
+    episodes returned 73 on average logged -5, a PPO whose last ones returned 84 logged 22). The
+    start stays the logged one: early, the 100 episodes are the run's first and no older. None without a
+    reference."""
     reference = history.context.get("reference_return")
     if not isinstance(reference, (int, float)) or not math.isfinite(reference):
         return None  # before the returns are read: without a reference, _rose reads them for the advice
-    ends = return_ends(history)
+    ends = _ends(history)
     if ends is None:
         return None
     first, last = ends
-    fraction = t["learned_fraction_reached" if history.context.get("reference_reached") else "learned_fraction"]
-    bar = first + fraction * (reference - first) if reference > first else reference
+    bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
     evidence.update(return_start=first, return_end=last, reference_return=float(reference))
     return last >= bar
 
@@ -332,9 +330,23 @@ def _reference_advice(history: History, learned: bool | None, final: bool) -> li
     return [NO_REFERENCE] if final and learned is None and _rose(history) else []
 
 
+def _ends(history: History) -> tuple[float, float] | None:
+    """The run's episode return at its start and at its end, as :func:`_learned` reads them; None
+    with fewer than two return records."""
+    returns = [v for v in history.values("ep_return") if math.isfinite(v)]
+    if len(returns) < 2:
+        return None
+    k = min(RETURN_RECORDS, max(1, len(returns) // 4))
+    first, last = median(returns[:k]), median(returns[-k:])
+    recent = [v for v in history.values("ep_return_recent") if math.isfinite(v)]
+    if len(recent) >= 2 * RECENT_RECORDS:  # the callback's: the policy's own returns at the end
+        last = median(recent[-RECENT_RECORDS:])
+    return first, last
+
+
 def _rose(history: History) -> bool:
-    """The run's episode return at its end above its start (:func:`~stability.detectors._base.return_ends`)."""
-    ends = return_ends(history)
+    """The run's episode return at its end above its start (:func:`_ends`)."""
+    ends = _ends(history)
     return ends is not None and ends[1] > ends[0]
 
 

@@ -13,9 +13,8 @@ Paths:
   Gymnasium id as ``--env`` (its registered reward_threshold is the reference return).
 
 The sweep path's reference return is the one the callback records (the training env's registered
-reward_threshold), else, as a sweep gives it, the best return a healthy seed of the same sweep
-reached before (see :func:`sweep_verdicts`); the plain diagnose path has one only where the log
-names its env (CleanRL's table of arguments does; an SB3 log does not).
+reward_threshold); the plain diagnose path has one only where the log names its env (CleanRL's
+table of arguments does; an SB3 log does not).
 
 Each path also counts the knob patches its verdicts advise, and how many of them set a value
 the run already had (the callback's record of the live model decides that).
@@ -248,15 +247,11 @@ def score(
 ) -> dict[str, Any]:
     cases = {c["id"]: c for c in load_cases()}
     refs = references(runs)
-    chosen = [
-        run
-        for run in runs
-        if run["case"] in cases and cases[run["case"]]["split"] in SPLITS[split] and run["env"] not in exclude_envs
-    ]
-    swept = sweep_verdicts(chosen, cases, thresholds)
     rows = []
-    for run in chosen:
-        case = cases[run["case"]]
+    for run in runs:
+        case = cases.get(run["case"])
+        if case is None or case["split"] not in SPLITS[split] or run["env"] in exclude_envs:
+            continue
         ref = refs.get(run["env"])
         truth = labels.label(run, ref)
         # a privileged fact, never a detector input: the run's fresh rollouts got at least half way
@@ -274,15 +269,14 @@ def score(
             "learned": learned,
         }
         had = (run.get("history") or {}).get("context") or {}
-        in_sweep = swept.get((run["case"], run["seed"]))
-        for path, history, judged in (
-            ("sweep", *(in_sweep or (None, None))),
-            ("diagnose", plain_log_history(run), None),
-            ("diagnose_config", config_log_history(run, case), None),
+        for path, history in (
+            ("sweep", sweep_history(run)),
+            ("diagnose", plain_log_history(run)),
+            ("diagnose_config", config_log_history(run, case)),
         ):
             if history is None or not len(history):
                 continue
-            verdict = judged or judge(history, thresholds)
+            verdict = judge(history, thresholds)
             row[path] = verdict.verdict
             row[f"{path}_advised"], row[f"{path}_repeated"] = repeated_patches(verdict.findings, had)
             row[f"{path}_onset"] = verdict.onset_step
@@ -292,41 +286,6 @@ def score(
                 row["budget"] = history.total_steps
         rows.append(row)
     return {"rows": rows, "references": refs, "paths": {p: _metrics(rows, p) for p in PATHS}}
-
-
-def sweep_verdicts(
-    runs: list[dict[str, Any]], cases: dict[str, dict[str, Any]], thresholds: Thresholds
-) -> dict[tuple[str, int], tuple[History, Any]]:
-    """Each run's history and verdict as a sweep judges it. The runs of one split on one env are
-    one sweep's seeds, launched one at a time in an order drawn once per sweep (seeded by its name):
-    a seed whose env has no reference return is judged against the best return a seed of the same
-    sweep judged healthy before it reached (``stability.references.reached``), as the driver passes
-    it to the trials it starts. With more workers, a trial starts before those running beside it
-    end: their returns reach only the trials started after."""
-    import random
-
-    from stability import references as refs
-
-    sweeps: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for run in runs:
-        sweeps[(cases[run["case"]]["split"], run["env"])].append(run)
-    out: dict[tuple[str, int], tuple[History, Any]] = {}
-    for (split, env), members in sorted(sweeps.items()):
-        order = sorted(members, key=lambda r: (r["case"], r["seed"]))
-        random.Random(f"{split}/{env}").shuffle(order)
-        best: tuple[float, str] | None = None
-        for run in order:
-            history = sweep_history(run)
-            if history is None or not len(history):
-                continue
-            if best is not None and "reference_return" not in history.context:
-                history.context.update(refs.reached(*best))
-            verdict = judge(history, thresholds)
-            out[(run["case"], run["seed"])] = (history, verdict)
-            if verdict.verdict == "healthy" and verdict.returns is not None:
-                if best is None or verdict.returns[1] > best[0]:
-                    best = (verdict.returns[1], f"the best return a healthy seed of this sweep reached: {run['case']}")
-    return out
 
 
 def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
