@@ -25,7 +25,10 @@ ACROBOT_ENVS = ("acrobot", "acrobot_dict")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh48 split (the result: written after the last change, before any of its runs)",
+    "unseen": "Fresh51 split (the result: written after fresh50 was scored, before any of its runs)",
+    "fresh50": "Fresh50 split (held out from the Gaussian-std shrink change, no verdict moved: in-sample now)",
+    "fresh49": "Fresh49 split (scored once with no change since fresh48: in-sample now)",
+    "fresh48": "Fresh48 split (held out from the weights'-shrink change a second time: in-sample now)",
     "fresh47": "Fresh47 split (held out from the weights'-shrink change, no verdict moved: in-sample now)",
     "fresh46": "Fresh46 split (held out from the weights'-norm change a second time: in-sample now)",
     "fresh45": "Fresh45 split (held out from the weights'-norm change, no verdict moved: in-sample now)",
@@ -123,7 +126,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Fifty splits scored, each fixed by case before its "
+        "Fifty-three splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -214,9 +217,15 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "a frozen entropy, where the callback records their norm) was made with fresh37 to fresh46 in view; "
         "fresh47 (written after fresh46 was trained and before that change, on a new env, "
         "MountainCarContinuous-v0 with a Dict observation) held it out, and no verdict of it moved; "
-        "**fresh48 (written after that change was committed and before any of its cases ran, on a new env, "
-        "CartPole-v1 cut at 1000 steps, two of its cases with a large weight decay) held it out a second time "
-        "and is the result**; "
+        "fresh48 (written after that change was committed and before any of its cases ran, on a new env, "
+        "CartPole-v1 cut at 1000 steps, two of its cases with a large weight decay) held it out a second time; "
+        "fresh49 (Pendulum-v1 with noisy rewards) was scored once with no change since. The next change (the "
+        "same rule reading a Gaussian's std, within 10% of its first value, where its entropy is not frozen) "
+        "was made with fresh49 in view; fresh50 (Acrobot-v1 cut at 1000 steps, written before fresh49 was "
+        "scored) held it out, and no verdict of it moved. A change then made with fresh50 in view (a sweep's "
+        "best healthy return as the reference for its later trials) was scored on fresh51 and withdrawn; "
+        "**fresh51 (Pendulum-v1 cut at 400 steps, written after fresh50 was read) holds out the detectors as "
+        "they are and is the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
         "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs). "
