@@ -94,8 +94,7 @@ class DeadPolicyGradient(Detector):
                 dead = unclipped and quiet and moved < t["window_kl_max"]
             else:
                 dead = unclipped and (quiet or _never_moved(history, t, evidence))
-            shrunk = not dead and unclipped and _held(history, frozen_entropy, t, evidence)
-            shrunk = shrunk and _weights_pinned(history, w, t, evidence)
+            movable = unclipped  # clipping is movement (see above), the shrunk weights' rule's too
             onset = None if tiny else streak_start(history, "clip_fraction", lambda v: v < t["clip_fraction_max"])
         else:
             frozen_std = _frozen(history, "std", w, t, evidence)
@@ -109,15 +108,16 @@ class DeadPolicyGradient(Detector):
             else:
                 still = _never_moved(history, t, evidence)
             dead = bool(frozen_entropy) and frozen_std is not False and (starved or still)
-            shrunk = not dead and _held(history, frozen_entropy, t, evidence)
-            shrunk = shrunk and _weights_pinned(history, w, t, evidence)
+            movable = True
             onset = n - w
+        shrunk = not dead and movable and _held(history, frozen_entropy, t, evidence)
+        shrunk = shrunk and _weights_pinned(history, w, t, evidence)
         if not (dead or shrunk) or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
         if _collapsed(history, t):  # frozen near determinism after moving there: entropy_collapse's case
             return None
         onset = n - w if onset is None else min(onset, n - w)
-        causes, patches = _causes(history, w, t, evidence)
+        causes, patches = _causes(history, w, t, evidence, shrunk)
         # A run of a few thousand env steps (a smoke test) has barely begun to move its policy:
         # said as a warning, never a stop.
         short = history.last_step < t["min_certain_steps"]
@@ -288,13 +288,13 @@ def _clip_scales_all(history: History, w: int, evidence: dict[str, Any]) -> bool
 
 
 def _causes(
-    history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]
+    history: History, w: int, t: dict[str, Any], evidence: dict[str, Any], shrunk: bool
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Likely causes, and the knob patches that answer them (computed from the run's own config)."""
+    """Likely causes, and the knob patches that answer them (computed from the run's own config);
+    ``shrunk``: the policy was found held by weights pulled to about 0."""
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
     ctx = history.context
-    shrunk = evidence.get("weights_norm_over_start", 1.0) <= t["weights_shrunk"]
     if shrunk:
         causes.append(
             f"the weights shrank to {evidence['weights_norm_over_start']:.2g} of their norm at the start: the "
