@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from statistics import median
 
 import optuna
 import pytest
@@ -419,10 +420,20 @@ def test_quickstart_gives_no_failure_verdict_to_seeds_that_learn(tmp_path, fixed
     learnt = [s for s in seeds if s.data.metrics.get("eval/mean_return", 0.0) >= 150.0]  # random: ~20
     assert learnt, "no seed learnt: the check below would prove nothing"
     assert {s.data.tags["stability.verdict"] for s in learnt} == {"healthy"}
-    if fixed is not None:  # the critic is off: the finding is there, as a warning that names why
-        warned = []
+    if fixed is not None:
+        # The critic is off the returns its policy earns (the callback's critic_error, read here
+        # without the detectors: the error's RMS over the returns' RMS, over the last records),
+        # so the check above is on a lagging critic. Whether its finding fires beside a policy that
+        # learns turns on the critic's error half way through, which differs between CPUs (on
+        # one, ~0.7 on both windows; on another, under the 0.65 bar at half): where it fires it
+        # is a warning that names why, never a failure.
+        lag = max(
+            median([m.value for m in client.get_metric_history(s.info.run_id, "stability/critic_error")][-10:])
+            for s in learnt
+        )
+        assert lag >= 0.6, f"the critic is within {lag:.2f} of its returns: not the lagging critic this test is for"
         for run in learnt:
             path = client.download_artifacts(run.info.run_id, "stability/verdict.json", str(tmp_path))
             findings = json.loads(Path(path).read_text())["findings"]
-            warned += [f for f in findings if f["kind"] == "stuck_value_loss" and not f["certain"]]
-        assert warned and all("learns regardless" in f["causes"][0] for f in warned)
+            stuck = [f for f in findings if f["kind"] == "stuck_value_loss"]
+            assert all(not f["certain"] and "learns regardless" in f["causes"][0] for f in stuck), stuck
