@@ -64,6 +64,25 @@ def faulty_env(
     return _Faulty(gym.make(env_id), fail_at_step, how, once_marker)
 
 
+class _Waiting(gym.Wrapper):
+    """An env whose every step waits ``step_seconds`` without using the CPU, as a simulator or a
+    robot that answers slowly does: a seed that lasts seconds of wall time while costing the
+    machine little, for tests that need jobs running at once or still running when something
+    happens to them (on 2 cores, seeds made long by training more steps slowed every other test)."""
+
+    def __init__(self, env: gym.Env, step_seconds: float) -> None:
+        super().__init__(env)
+        self.step_seconds = step_seconds
+
+    def step(self, action: Any):
+        time.sleep(self.step_seconds)
+        return self.env.step(action)
+
+
+def waiting_cartpole(step_seconds: float = 0.005) -> gym.Env:
+    return _Waiting(gym.make("CartPole-v1"), step_seconds)
+
+
 def become_subreaper() -> None:
     """Linux: processes orphaned below this one are re-parented to it rather than to init, so a
     test can see every process its subprocesses left behind."""

@@ -140,8 +140,11 @@ def test_fractional_gpu_shares_on_a_logical_gpu_and_cancel(workdir: Path, logica
     from sweeps.errors import UsageError
 
     # long enough that the four overlap even when their actors start seconds apart on a loaded
-    # 2-core machine (at 4096 steps, the first finished before the fourth started in CI once)
-    spec = spec_module.from_dict(tiny_spec("shares", total_timesteps=16384))
+    # 2-core machine (at 4096 steps, the first finished before the fourth started in CI once):
+    # each step waits 4 ms, so a seed lasts over 8 s while using little CPU (trained for 16384
+    # steps instead, the four filled both cores for a minute and slowed every test beside them)
+    env = {"id": "tests.helpers:waiting_cartpole", "n_envs": 2, "kwargs": {"step_seconds": 0.004}}
+    spec = spec_module.from_dict(tiny_spec("shares", env=env, total_timesteps=2048))
     jobs = configs.trial_configs(spec, 0, {"learning_rate": 1e-3}, [0, 1, 2, 3], configs.stability_settings(spec))[1]
     for cpu, gpu in ((1, 2), (4, 0.25)):
         with pytest.raises(UsageError, match="no node of the Ray cluster"):

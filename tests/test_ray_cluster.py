@@ -100,7 +100,7 @@ def test_seeds_spread_over_the_nodes_a_lost_node_s_seeds_run_again_and_a_joining
             # finishes a seed every few seconds (with 12 trials the sweep often ended first)
             trials=24,
             seeds=1,
-            total_timesteps=4096,
+            total_timesteps=1024,  # a few seconds a seed: 4096 cost a minute more of both cores
             backend={"kind": "ray", "address": cluster.address, "max_failures": 2},
         )
     )
