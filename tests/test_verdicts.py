@@ -512,11 +512,16 @@ def test_a_frozen_policy_whose_weights_shrank_tenfold_is_dead_where_the_norm_is_
     n = 100
     entropy = [1.4189 + 0.001 * (i % 3) for i in range(n)]
     shrunk = [16.4 * max(0.04, 0.9**i) for i in range(n)]  # to 0.04 of the start by update 31
+
+    def with_shrunk_weights(history: History) -> History:
+        """``history`` with the callback's record of weights pulled from 16.4 to 0.04 of that."""
+        history.series["param_norm"] = (list(range(n)), shrunk)
+        history.context["param_norm_start"] = 16.4
+        return history
+
     h = _a2c_history(entropy, continuous=True)
     assert "dead_policy_gradient" not in _kinds(h)  # the std moves by 0.2%: not 'still', not starved
-    h.series["param_norm"] = (list(range(n)), shrunk)
-    h.context["param_norm_start"] = 16.4
-    verdict = judge(h)
+    verdict = judge(with_shrunk_weights(h))
     assert verdict.verdict == "dead_policy_gradient"
     dead = verdict.findings[0]
     assert dead.certain and dead.evidence["weights_norm_over_start"] == pytest.approx(0.04)
@@ -527,21 +532,15 @@ def test_a_frozen_policy_whose_weights_shrank_tenfold_is_dead_where_the_norm_is_
     # by 3.5% about its first value (an entropy that moves 5% over the window: not frozen) is
     # held where it started; one that moved by a quarter is learning something
     jitter = [1.0 + 0.035 * (0, 1, -1, 0)[i % 4] for i in range(n)]
-    noisy = _a2c_history([1.4189 + math.log(s) for s in jitter], continuous=True, std=jitter)
-    noisy.series["param_norm"] = (list(range(n)), shrunk)
-    noisy.context["param_norm_start"] = 16.4
+    noisy = with_shrunk_weights(_a2c_history([1.4189 + math.log(s) for s in jitter], continuous=True, std=jitter))
     dead = judge(noisy).findings[0]
     assert dead.kind == "dead_policy_gradient" and dead.evidence["std_max_drift"] == pytest.approx(0.035)
     assert dead.summary.startswith("the policy has stayed where it started")
     falling = [1.0 - 0.0025 * i for i in range(n)]
-    moving = _a2c_history([1.4189 + math.log(s) for s in falling], continuous=True, std=falling)
-    moving.series["param_norm"] = (list(range(n)), shrunk)
-    moving.context["param_norm_start"] = 16.4
+    moving = with_shrunk_weights(_a2c_history([1.4189 + math.log(s) for s in falling], continuous=True, std=falling))
     assert "dead_policy_gradient" not in _kinds(moving)
     # a discrete policy's entropy decides for it: one that moves is not held
-    logits = _a2c_history([0.6931 - 0.002 * i for i in range(n)], continuous=False)
-    logits.series["param_norm"] = (list(range(n)), shrunk)
-    logits.context["param_norm_start"] = 16.4
+    logits = with_shrunk_weights(_a2c_history([0.6931 - 0.002 * i for i in range(n)], continuous=False))
     assert "dead_policy_gradient" not in _kinds(logits)
     # PPO-style: no clipping, a KL of 1e-3 (over the bar of a policy that does not move) and a
     # frozen entropy beside weights at a tenth of their start
