@@ -38,6 +38,7 @@ ATTEMPTS = "rlsweep.attempts"  # a job run again after its worker died: how many
 RETRIED_AFTER = "rlsweep.retried_after"
 METRICS_THINNED = "rlsweep.metrics_thinned"  # the driver fell behind: the run's curves keep 1 point in N
 CANCELLED = "rlsweep.cancelled"  # why a seed was stopped
+RESTORED = "rlsweep.restored"  # a finished trial's run made on resume from the study; the value says what it lacks
 RUN_KEY = "rlsweep.run_key"  # unique per run: creating it twice (a tracking outage) finds the first
 REPAIR = "rlsweep.repair"  # on a failing trial's run: how its repair ended
 REPAIRED_BY = "rlsweep.repaired_by"  # ... and the run that repaired it

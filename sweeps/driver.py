@@ -30,9 +30,9 @@ from sweeps import study as st
 from sweeps.backends import Backend, Cancelled, Event, Failure, Metrics, Pool, Retried, Started
 from sweeps.configs import stability_settings, trial_configs
 from sweeps.errors import UsageError
-from sweeps.results import record
+from sweeps.results import TrialRecord, record
 from sweeps.spec import SweepSpec
-from sweeps.tracking import BackgroundTracker, MlflowTracker, unreachable
+from sweeps.tracking import BackgroundTracker, MlflowTracker, closed_as, unreachable
 from sweeps.trial import PERIODIC_RETURN, TrialResult
 
 # After training ends, how long the driver waits for an absent tracking server to take the writes held.
@@ -41,6 +41,11 @@ OUTAGE_LIMIT = 600.0
 # store, a server back from an outage) must not keep events waiting, since a pruning or stop_on
 # decision taken late lets the seeds it stops train on meanwhile.
 WRITE_BUDGET = 0.5
+# A finished trial's run made from the study on resume (Driver._restore_runs): what it lacks.
+RESTORED_WHY = (
+    "made from the Optuna study when the sweep was resumed: the driver that ran this trial stopped before it wrote "
+    "the trial to MLflow, so its curves, plots and per-seed details were not kept"
+)
 
 
 @dataclass
@@ -93,6 +98,7 @@ class Progress:
     best_trial: int | None = None
     started: float = field(default_factory=time.monotonic)
     requeued: list[int] = field(default_factory=list)
+    restored: list[int] = field(default_factory=list)  # finished trials whose MLflow runs were made on resume
     retried: int = 0  # jobs run again after their worker died
     verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
     repairs: dict[str, int] = field(default_factory=dict)  # repair status -> failing trials
@@ -150,6 +156,8 @@ class Driver:
         self._next_key = -1  # repair jobs are keyed by negative numbers: never an Optuna trial's
         self._menu_facts: tuple[dict[str, Any], bool, bool] | None = None
         self._retry_at, self._backoff = 0.0, 1.0  # MLflow writes while the tracking server is away
+        self._missing: deque[TrialRecord] | None = None  # finished trials whose runs are to be made (on resume)
+        self._restore_key = uuid.uuid4().hex
 
     # --- the loop -------------------------------------------------------------------------
     # Each turn: submit work (Optuna only), then do the MLflow writes that have piled up, then
@@ -159,9 +167,12 @@ class Driver:
         p = self.progress
         p.requeued = st.requeue_interrupted(self.study) if self.open_trials else []
         outcomes = st.outcomes(self.study)
-        # before any run of this one is made: it closes the runs a driver that died left RUNNING
-        self._creations.append(lambda: self.tracker.reconcile(outcomes))
         previous = st.counted(self.study)
+        # before any run of this one is made: it closes the runs a driver that died left RUNNING,
+        # and makes those it died before writing at all
+        self._creations.append(lambda: self.tracker.reconcile(outcomes))
+        if previous:
+            self._creations.append(partial(self._restore_runs, [record(t) for t in previous], outcomes))
         p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
         for r in map(record, previous):
@@ -253,8 +264,38 @@ class Driver:
         self._creations.append(lambda: self._start_runs(active))
         return True
 
+    def _restore_runs(self, previous: list[TrialRecord], outcomes: dict[int, dict[str, Any]]) -> None:
+        """Finished trials with no run in MLflow get theirs, made from the study (the record of truth).
+        A driver killed before it wrote a trial's runs at all (their creation queued behind the
+        tracker's start-up or a tracking outage, while the trial ended and Optuna was told) leaves
+        such trials. Their curves, plots and tags of where they ran died with it: the runs say so.
+        Done again after an outage, it goes on where it stopped (runs are created once, by key)."""
+        if self._missing is None:
+            have = self.tracker.trial_numbers()
+            self._missing = deque(r for r in previous if r.number not in have)
+        while self._missing:
+            r, known = self._missing[0], outcomes[self._missing[0].number]
+            logged, _ = trial_configs(self.spec, r.number, r.params, self.spec.seed_list, self._stability)
+            key, why = f"{self._restore_key}-{r.number}", {keys.RESTORED: RESTORED_WHY}
+            parent = self.tracker.start_trial(r.number, logged, self._resolved(r.number, r.params), key=key)
+            for seed in self.spec.seed_list:
+                child = self.tracker.start_seed(r.number, seed, parent, logged, key=f"{key}-{seed}")
+                status, outcome, metrics = closed_as(known, seed)
+                verdict = {keys.STABILITY_VERDICT: r.verdicts[seed]} if seed in r.verdicts else {}
+                self.tracker.end_run(child, status, metrics=metrics, tags=why | verdict | {keys.OUTCOME: outcome})
+            status, outcome, metrics = closed_as(known, None)
+            tags = why | {keys.OUTCOME: outcome} | ({keys.STABILITY_VERDICT: r.verdict} if r.verdict else {})
+            tags |= {keys.ERROR: r.error} if r.error else {}
+            self.tracker.end_run(parent, status, metrics=metrics, tags=tags)
+            self._missing.popleft()
+            self.progress.restored.append(r.number)
+
+    def _resolved(self, number: int, params: dict[str, Any]) -> dict[str, Any]:
+        """The spec a trial ran, as its run's ``spec.resolved.json`` holds it."""
+        return self.spec.resolved() | {"trial": number, "params": _jsonable(params)}
+
     def _start_runs(self, active: ActiveTrial) -> None:
-        resolved = self.spec.resolved() | {"trial": active.number, "params": _jsonable(active.params)}
+        resolved = self._resolved(active.number, active.params)
         if not active.parent_run:  # (run again after a tracking outage: what was created stays)
             active.parent_run = self.tracker.start_trial(active.number, active.logged, resolved, key=active.run_key)
         for seed in active.seeds:

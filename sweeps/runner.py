@@ -137,6 +137,12 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
             console.print(f"{progress.retried} job(s) ran again after their worker died (backend.max_failures)")
         if progress.requeued:
             console.print(f"rerun after an interruption: trials {progress.requeued}")
+        if progress.restored:
+            console.print(
+                f"finished trials {progress.restored} had no MLflow runs (the driver that ran them stopped before "
+                "writing them): made from the Optuna study, without curves",
+                highlight=False,
+            )
         console.print(trials_table(the_study.get_trials(deepcopy=False), f"{spec.name}: best trials", limit=10))
     console.print(
         f"Optuna study: {spec.optuna_url}\nMLflow: {spec.mlflow_uri} (experiment '{spec.experiment}')\n"

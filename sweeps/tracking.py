@@ -121,6 +121,26 @@ def _tag_values(tags: dict[str, str] | None) -> dict[str, str]:
     return {k: v[:5000] for k, v in (tags or {}).items()}
 
 
+# How the runs of a trial the study finished are closed, by its outcome: its trial run, and each
+# seed run that has no return (one with a return is FINISHED). As the driver closes them live.
+CLOSED_AS = {"complete": "FINISHED", "crashed": "FAILED", "unstable": "FAILED", "pruned": "KILLED"}
+
+
+def closed_as(known: dict[str, Any], seed: int | None) -> tuple[str, str, dict[str, float]]:
+    """(status, outcome, final metrics) of a run of a trial as the study says, for the trial run
+    (``seed`` None) or one seed's. ``known``: the trial's entry in ``sweeps.study.outcomes``, or empty
+    for a trial the study did not finish (its runs are KILLED as interrupted)."""
+    outcome = known.get("outcome", "interrupted")
+    if outcome not in keys.OUTCOMES:
+        return "KILLED", outcome, {}
+    if seed is None:
+        return CLOSED_AS[outcome], outcome, {"objective": float(known["value"])} if outcome == "complete" else {}
+    value = known.get("returns", {}).get(seed)
+    if value is not None:
+        return "FINISHED", "complete", {"eval/mean_return": float(value)}
+    return CLOSED_AS[outcome], outcome, {}
+
+
 class MlflowTracker:
     def __init__(self, uri: str, experiment: str, sweep: str, artifact_dir: Path) -> None:
         import logging
@@ -309,27 +329,37 @@ class MlflowTracker:
         now = int(time.time() * 1000)
         for run in runs:
             tags = run.data.tags
+            seed = tags.get(keys.SEED)
             known = outcomes.get(int(tags.get(keys.TRIAL, -1)), {})
-            outcome, seed = known.get("outcome", "interrupted"), tags.get(keys.SEED)
-            metrics: list[Metric] = []
-            if outcome in keys.OUTCOMES and seed is not None:
-                value = known.get("returns", {}).get(int(seed))
-                if value is not None:
-                    metrics.append(Metric("eval/mean_return", float(value), now, 0))
-                    outcome, status = "complete", "FINISHED"
-                else:
-                    status = {"crashed": "FAILED", "unstable": "FAILED", "pruned": "KILLED"}.get(outcome, "FINISHED")
-            elif outcome == "complete":
-                metrics.append(Metric("objective", float(known["value"]), now, 0))
-                status = "FINISHED"
-            else:
-                status = "FAILED" if outcome == "crashed" else "KILLED"
+            status, outcome, values = closed_as(known, None if seed is None else int(seed))
+            metrics = [Metric(name, value, now, 0) for name, value in values.items()]
             run_tags = [RunTag(keys.OUTCOME, outcome)]
             if outcome == "crashed" and known.get("error"):
                 run_tags.append(RunTag(keys.ERROR, known["error"][:5000]))
             self.client.log_batch(run.info.run_id, metrics=metrics, tags=run_tags)
             self.client.set_terminated(run.info.run_id, status=status)
         return len(runs)
+
+    def trial_numbers(self) -> set[int]:
+        """The sampled trials of this sweep with a trial run in the store, deleted runs included (a
+        run deleted in the UI was meant to go)."""
+        from mlflow.entities import ViewType
+
+        numbers: set[int] = set()
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`{keys.SWEEP}` = '{self.sweep}'",
+                run_view_type=ViewType.ALL,
+                max_results=5000,
+                page_token=token,
+            )
+            tagged = (r.data.tags for r in page)
+            numbers.update(int(t[keys.TRIAL]) for t in tagged if keys.TRIAL in t and keys.SEED not in t)
+            token = page.token
+            if not token:
+                return numbers
 
     # --- metrics --------------------------------------------------------------------------
     def log_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:

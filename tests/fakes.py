@@ -138,6 +138,10 @@ class Recorder:
     def reconcile(self, outcomes) -> int:
         return 0
 
+    def trial_numbers(self) -> set[int]:
+        parents = (d["name"].split("-") for d in self.runs.values())
+        return {int(name[1]) for name in parents if len(name) == 2 and name[0] == "trial"}
+
     def log_metrics(self, run_id, step, values) -> None:
         self.runs[run_id]["steps"].append(step)
 

@@ -223,6 +223,35 @@ def test_the_sweep_opens_trials_until_its_target_and_never_more():
     )
 
 
+def test_finished_trials_missing_from_mlflow_get_runs_made_from_the_study_once():
+    """A driver killed before it wrote a finished trial's runs at all leaves a trial the study holds
+    and MLflow lacks: the next driver makes its runs, closed as the study says, and says so."""
+
+    def script(config: TrialConfig, attempt: int) -> list:
+        crash = config.trial == 1 and config.seed == 1
+        return [Failure("ValueError", "bad obs", "Traceback ...")] if crash else [result(mean_return=7.0)]
+
+    driver, study, _, _ = _driver(script, trials=2)
+    driver.run()
+    lost = Recorder()  # a store that never got the runs
+    driver, _, backend, _ = _driver(script, study=study, tracker=lost, trials=2)
+    progress = driver.run()
+    assert not backend.submitted and progress.restored == [0, 1]
+    ends = {d["name"]: (d["end"], d["tags"][keys.OUTCOME]) for d in lost.runs.values()}
+    assert ends == {
+        "trial-0": ("FINISHED", "complete"),
+        "trial-0-seed-0": ("FINISHED", "complete"),
+        "trial-0-seed-1": ("FINISHED", "complete"),
+        "trial-1": ("FAILED", "crashed"),
+        "trial-1-seed-0": ("FINISHED", "complete"),  # its return is in the study
+        "trial-1-seed-1": ("FAILED", "crashed"),
+    }
+    assert all(keys.RESTORED in d["tags"] for d in lost.runs.values())
+    assert lost.run("trial-1")["tags"][keys.ERROR] == "seed 1: ValueError: bad obs"
+    driver, _, _, _ = _driver(script, study=study, tracker=lost, trials=2)
+    assert driver.run().restored == [] and len(lost.runs) == 6  # made once
+
+
 # --- Ctrl-C -------------------------------------------------------------------------------------
 def test_no_trial_opens_once_the_time_budget_is_spent_and_the_running_ones_finish():
     holder: list[Driver] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -167,3 +168,40 @@ def test_runs_left_running_are_closed_as_the_study_says(tmp_path: Path) -> None:
     assert child.info.status == "FINISHED"
     assert child.data.metrics["eval/mean_return"] == pytest.approx(trial.user_attrs["rlsweep.returns"]["0"])
     assert other.info.status == "KILLED" and other.data.tags["rlsweep.outcome"] == "interrupted"
+
+
+def test_finished_trials_with_no_run_get_one_made_from_the_study(tmp_path: Path) -> None:
+    """A driver killed before it wrote a finished trial's runs at all (their creation still queued
+    behind the tracker's start-up) leaves a trial Optuna holds and MLflow lacks. The next run makes
+    its runs from the study, says so, and leaves the runs that exist alone. Here the store is lost
+    outright: every trial of it is in that state."""
+    data = tiny_spec("restored", seeds=2, trials=2, objective={"eval_episodes": 1})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    assert _rlsweep(tmp_path, "run", "r.yaml").returncode == 0
+    client, experiment, study = _stores(tmp_path, "restored")
+    # trial 0's runs were never written (taken out of the store's tables); trial 1's were
+    runs = client.search_runs([experiment.experiment_id])
+    gone = [(r.info.run_id,) for r in runs if r.data.tags["rlsweep.trial"] == "0"]
+    with sqlite3.connect(tmp_path / "results" / "mlflow.db") as db:
+        db.executemany("DELETE FROM tags WHERE run_uuid = ?", gone)
+        db.executemany("DELETE FROM params WHERE run_uuid = ?", gone)
+        db.executemany("DELETE FROM metrics WHERE run_uuid = ?", gone)
+        db.executemany("DELETE FROM latest_metrics WHERE run_uuid = ?", gone)
+        db.executemany("DELETE FROM runs WHERE run_uuid = ?", gone)
+
+    again = _rlsweep(tmp_path, "run", "r.yaml")
+    assert again.returncode == 0, again.stderr
+    parents, children = _runs(client, experiment.experiment_id)
+    assert sorted(p.data.tags["rlsweep.trial"] for p in parents) == ["0", "1"]
+    assert len(children) == 4 and all(c.info.status == "FINISHED" for c in parents + children)
+    trial = study.get_trials()[0]
+    (parent,) = [p for p in parents if p.data.tags["rlsweep.trial"] == "0"]
+    assert parent.data.metrics["objective"] == pytest.approx(trial.value)
+    assert parent.data.params["learning_rate"] == str(trial.params["learning_rate"])
+    assert "rlsweep.restored" in parent.data.tags and parent.data.tags["rlsweep.outcome"] == "complete"
+    assert "finished trials [0] had no MLflow runs" in again.stdout
+    for child in (c for c in children if c.data.tags["rlsweep.trial"] == "0"):
+        seed = child.data.tags["rlsweep.seed"]
+        assert child.data.metrics["eval/mean_return"] == pytest.approx(trial.user_attrs["rlsweep.returns"][seed])
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id and "rlsweep.restored" in child.data.tags
+    assert not any("rlsweep.restored" in r.data.tags for r in parents + children if r.data.tags["rlsweep.trial"] == "1")
