@@ -156,7 +156,8 @@ class Driver:
         self._next_key = -1  # repair jobs are keyed by negative numbers: never an Optuna trial's
         self._menu_facts: tuple[dict[str, Any], bool, bool] | None = None
         self._retry_at, self._backoff = 0.0, 1.0  # MLflow writes while the tracking server is away
-        self._missing: deque[TrialRecord] | None = None  # finished trials whose runs are to be made (on resume)
+        # on resume: finished trials missing runs, with their trial run's id (if it exists) and the seeds that have one
+        self._missing: deque[tuple[TrialRecord, str | None, set[int]]] | None = None
         self._restore_key = uuid.uuid4().hex
 
     # --- the loop -------------------------------------------------------------------------
@@ -265,28 +266,37 @@ class Driver:
         return True
 
     def _restore_runs(self, previous: list[TrialRecord], outcomes: dict[int, dict[str, Any]]) -> None:
-        """Finished trials with no run in MLflow get theirs, made from the study (the record of truth).
-        A driver killed before it wrote a trial's runs at all (their creation queued behind the
-        tracker's start-up or a tracking outage, while the trial ended and Optuna was told) leaves
-        such trials. Their curves, plots and tags of where they ran died with it: the runs say so.
-        Done again after an outage, it goes on where it stopped (runs are created once, by key)."""
+        """Finished trials missing runs in MLflow get them, made from the study (the record of truth).
+        A driver killed before it wrote a trial's runs (their creation queued behind the tracker's
+        start-up or a tracking outage, while the trial ended and Optuna was told; or between its
+        trial run and its seeds') leaves such trials. Their curves, plots and tags of where they ran
+        died with it: the runs say so. Done again after an outage, it goes on where it stopped
+        (runs are created once, by key)."""
         if self._missing is None:
-            have = self.tracker.trial_numbers()
-            self._missing = deque(r for r in previous if r.number not in have)
+            have = self.tracker.trial_runs()
+            seeds = set(self.spec.seed_list)
+            self._missing = deque(
+                (r, *have.get(r.number, (None, set())))
+                for r in previous
+                if r.number not in have or have[r.number][0] is None or not seeds <= have[r.number][1]
+            )
         while self._missing:
-            r, known = self._missing[0], outcomes[self._missing[0].number]
+            r, parent, present = self._missing[0]
+            known, why = outcomes[r.number], {keys.RESTORED: RESTORED_WHY}
             logged, _ = trial_configs(self.spec, r.number, r.params, self.spec.seed_list, self._stability)
-            key, why = f"{self._restore_key}-{r.number}", {keys.RESTORED: RESTORED_WHY}
-            parent = self.tracker.start_trial(r.number, logged, self._resolved(r.number, r.params), key=key)
-            for seed in self.spec.seed_list:
-                child = self.tracker.start_seed(r.number, seed, parent, logged, key=f"{key}-{seed}")
+            key = f"{self._restore_key}-{r.number}"
+            made = parent is None
+            run = parent or self.tracker.start_trial(r.number, logged, self._resolved(r.number, r.params), key=key)
+            for seed in (s for s in self.spec.seed_list if s not in present):
+                child = self.tracker.start_seed(r.number, seed, run, logged, key=f"{key}-{seed}")
                 status, outcome, metrics = closed_as(known, seed)
                 verdict = {keys.STABILITY_VERDICT: r.verdicts[seed]} if seed in r.verdicts else {}
                 self.tracker.end_run(child, status, metrics=metrics, tags=why | verdict | {keys.OUTCOME: outcome})
-            status, outcome, metrics = closed_as(known, None)
-            tags = why | {keys.OUTCOME: outcome} | ({keys.STABILITY_VERDICT: r.verdict} if r.verdict else {})
-            tags |= {keys.ERROR: r.error} if r.error else {}
-            self.tracker.end_run(parent, status, metrics=metrics, tags=tags)
+            if made:  # (one that existed was closed by reconcile, or by the driver that ran it)
+                status, outcome, metrics = closed_as(known, None)
+                tags = why | {keys.OUTCOME: outcome} | ({keys.STABILITY_VERDICT: r.verdict} if r.verdict else {})
+                tags |= {keys.ERROR: r.error} if r.error else {}
+                self.tracker.end_run(run, status, metrics=metrics, tags=tags)
             self._missing.popleft()
             self.progress.restored.append(r.number)
 

@@ -340,12 +340,13 @@ class MlflowTracker:
             self.client.set_terminated(run.info.run_id, status=status)
         return len(runs)
 
-    def trial_numbers(self) -> set[int]:
-        """The sampled trials of this sweep with a trial run in the store, deleted runs included (a
-        run deleted in the UI was meant to go)."""
+    def trial_runs(self) -> dict[int, tuple[str | None, set[int]]]:
+        """The runs this sweep's sampled trials have in the store, deleted ones included (a run
+        deleted in the UI was meant to go): trial -> (its trial run's id, or None; the seeds that
+        have a run)."""
         from mlflow.entities import ViewType
 
-        numbers: set[int] = set()
+        found: dict[int, tuple[str | None, set[int]]] = {}
         token = None
         while True:
             page = self.client.search_runs(
@@ -355,11 +356,19 @@ class MlflowTracker:
                 max_results=5000,
                 page_token=token,
             )
-            tagged = (r.data.tags for r in page)
-            numbers.update(int(t[keys.TRIAL]) for t in tagged if keys.TRIAL in t and keys.SEED not in t)
+            for run in page:
+                tags = run.data.tags
+                if keys.TRIAL not in tags:  # a repair's run or the sweep's report
+                    continue
+                parent, seeds = found.get(int(tags[keys.TRIAL]), (None, set()))
+                if keys.SEED in tags:
+                    seeds.add(int(tags[keys.SEED]))
+                else:
+                    parent = run.info.run_id
+                found[int(tags[keys.TRIAL])] = (parent, seeds)
             token = page.token
             if not token:
-                return numbers
+                return found
 
     # --- metrics --------------------------------------------------------------------------
     def log_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:

@@ -138,9 +138,15 @@ class Recorder:
     def reconcile(self, outcomes) -> int:
         return 0
 
-    def trial_numbers(self) -> set[int]:
-        parents = (d["name"].split("-") for d in self.runs.values())
-        return {int(name[1]) for name in parents if len(name) == 2 and name[0] == "trial"}
+    def trial_runs(self) -> dict[int, tuple[str | None, set[int]]]:
+        found: dict[int, tuple[str | None, set[int]]] = {}
+        for run, d in self.runs.items():  # named trial-N or trial-N-seed-S
+            parts = d["name"].split("-")
+            if parts[0] != "trial" or not parts[1].isdigit():
+                continue
+            parent, seeds = found.get(int(parts[1]), (None, set()))
+            found[int(parts[1])] = (run, seeds) if len(parts) == 2 else (parent, seeds | {int(parts[3])})
+        return found
 
     def log_metrics(self, run_id, step, values) -> None:
         self.runs[run_id]["steps"].append(step)

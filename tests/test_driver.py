@@ -250,6 +250,17 @@ def test_finished_trials_missing_from_mlflow_get_runs_made_from_the_study_once()
     assert lost.run("trial-1")["tags"][keys.ERROR] == "seed 1: ValueError: bad obs"
     driver, _, _, _ = _driver(script, study=study, tracker=lost, trials=2)
     assert driver.run().restored == [] and len(lost.runs) == 6  # made once
+    half = Recorder()  # killed between writing trial 0's trial run and its seeds' (closed on resume)
+    half.start_seed(0, 0, half.start_trial(0, {}, {}), {})
+    driver, _, _, _ = _driver(script, study=study, tracker=half, trials=2)
+    assert driver.run().restored == [0, 1]
+    assert sorted(d["name"] for d in half.runs.values() if keys.RESTORED in d["tags"]) == [
+        "trial-0-seed-1",
+        "trial-1",
+        "trial-1-seed-0",
+        "trial-1-seed-1",
+    ]
+    assert half.run("trial-0")["end"] is None and half.run("trial-0-seed-1")["end"] == "FINISHED"
 
 
 # --- Ctrl-C -------------------------------------------------------------------------------------
