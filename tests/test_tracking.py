@@ -254,6 +254,33 @@ def _runs_as_stored(db: Path, root: str) -> list[tuple]:
     return sorted(out)
 
 
+def test_the_runs_a_resume_finds_read_the_same_as_plain_sql_and_through_mlflow_s_search(tmp_path):
+    """What a resume reads to find the finished trials missing runs: each trial's run and the seeds
+    that have one, a deleted run counted (it was meant to go), another sweep's runs and a repair's
+    (no trial tag) not; the plain-SQL read and MLflow's search agree."""
+    tracker = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "exp", "mine", tmp_path / "art")
+    other = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'm.db'}", "exp", "theirs", tmp_path / "art")
+    assert tracker._rows is not None
+    first = tracker.start_trial(0, {}, {})
+    for seed in (0, 1):
+        tracker.start_seed(0, seed, first, {})
+    second = tracker.start_trial(1, {}, {})
+    tracker.start_seed(1, 0, second, {})  # trial 1's seed 1 was never written
+    tracker.client.delete_run(tracker.start_seed(1, 2, second, {}))
+    tracker.start_seed(2, 1, "no-parent-written", {})  # trial 2: a seed's run alone
+    tracker.start_trial(None, {}, {}, name="trial-0-repair-1")
+    other.start_trial(5, {}, {})
+    by_sql = tracker.trial_runs()
+    tracker._rows = None
+    assert tracker.trial_runs() == by_sql
+    assert {n: (run is not None, seeds) for n, (run, seeds) in by_sql.items()} == {
+        0: (True, {0, 1}),
+        1: (True, {0, 2}),
+        2: (False, {1}),
+    }
+    assert by_sql[0][0] == first
+
+
 def test_plain_sql_runs_tags_params_and_ends_are_those_mlflow_itself_writes(tmp_path, monkeypatch):
     """A trial's run and its seeds' runs (with tags and params, a long param value cut, and a
     tag's value replaced later), ended as FINISHED, FAILED and KILLED, through the plain-SQL writer
