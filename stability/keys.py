@@ -48,3 +48,8 @@ STABILITY_VERDICT = "stability.verdict"
 STABILITY_ONSET = "stability.onset_step"
 STABILITY_STOPPED_BY = "stability.stopped_by"
 STABILITY_CONTEXT = "stability.context"  # the run's config as the stability callback recorded it
+
+# --- a finding's evidence, read outside the detectors --------------------------------------------------------
+# stuck_value_loss beside returns that rose, with no reference return to tell a lagging critic (a warning) from
+# a failing one: a sweep's summary names the trials whose verdict rests on it
+UNREFERENCED_RISE = "returns_rose_without_reference"

@@ -99,6 +99,8 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     requeued: list[int] = field(default_factory=list)
     restored: list[int] = field(default_factory=list)  # finished trials whose MLflow runs were made on resume
+    # trials failed by a verdict a reference return could have excused (no reference known)
+    unreferenced: list[int] = field(default_factory=list)
     retried: int = 0  # jobs run again after their worker died
     verdicts: dict[str, int] = field(default_factory=dict)  # trial verdict -> trials
     repairs: dict[str, int] = field(default_factory=dict)  # repair status -> failing trials
@@ -499,6 +501,8 @@ class Driver:
             p.verdicts[verdict["verdict"]] = p.verdicts.get(verdict["verdict"], 0) + 1
         tags = _verdict_tags(verdict) if active.verdicts else {}
         failing = bool(active.errors or active.unstable) or verdict["verdict"] != "healthy"
+        if any(_unreferenced(v, verdict["verdict"]) for v in active.verdicts.values()):
+            p.unreferenced.append(active.number)
         patches, env_broke = rp.candidates(active.verdicts), rp.env_broke(active.verdicts)
         if failing:  # what ``rlsweep repair`` will try (set now: a finished trial's attributes are final)
             trial.set_user_attr(keys.PATCHES, patches)
@@ -882,6 +886,15 @@ def _where(active: ActiveTrial, seed: int) -> dict[str, str]:
     """The tags naming the worker and the machine a seed ran on (its last start)."""
     started = active.started.get(seed)
     return {keys.WORKER: started.worker if started else "", keys.NODE: started.node if started else ""}
+
+
+def _unreferenced(verdict: dict[str, Any], trial_verdict: str) -> bool:
+    """A seed's verdict is the trial's, and rests on a certain finding that a reference return could
+    have made a warning (a critic off its returns beside returns that rose; stuck_value_loss)."""
+    return verdict.get("verdict") == trial_verdict and any(
+        f.get("kind") == trial_verdict and f.get("certain") and (f.get("evidence") or {}).get(keys.UNREFERENCED_RISE)
+        for f in verdict.get("findings", [])
+    )
 
 
 def _verdict_tags(verdict: dict[str, Any]) -> dict[str, str]:

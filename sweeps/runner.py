@@ -137,6 +137,14 @@ def run_sweep(spec: SweepSpec, console: Console, workers: int | None = None, rep
             console.print(f"{progress.retried} job(s) ran again after their worker died (backend.max_failures)")
         if progress.requeued:
             console.print(f"rerun after an interruption: trials {progress.requeued}")
+        if progress.unreferenced:
+            console.print(
+                f"trials {progress.unreferenced} are stuck_value_loss beside returns that rose, and no reference "
+                "return is known for this env: each may be a critic lagging a policy that learns, not a failure. "
+                "Give the env's return when solved (stability.reference_return) to tell them apart; until then "
+                "they count as failing (never exported as safe)",
+                highlight=False,
+            )
         if progress.restored:
             console.print(
                 f"finished trials {progress.restored} had no MLflow runs (the driver that ran them stopped before "

@@ -263,6 +263,20 @@ def test_finished_trials_missing_from_mlflow_get_runs_made_from_the_study_once()
     assert half.run("trial-0")["end"] is None and half.run("trial-0-seed-1")["end"] == "FINISHED"
 
 
+def test_the_trials_failed_by_a_verdict_a_reference_return_could_excuse_are_named():
+    """stuck_value_loss beside returns that rose, with no reference return known, may be a critic
+    lagging a policy that learns: the sweep's summary names those trials (and only those)."""
+
+    def script(config: TrialConfig, attempt: int) -> list:
+        done = result("stuck_value_loss")
+        if config.trial == 0:  # trial 1 is stuck for another reason (its returns did not rise)
+            done.verdict["findings"][0]["evidence"][keys.UNREFERENCED_RISE] = True
+        return [done]
+
+    driver, _, _, _ = _driver(script, trials=2, seeds=1, capacity=1)
+    assert driver.run().unreferenced == [0]
+
+
 # --- Ctrl-C -------------------------------------------------------------------------------------
 def test_no_trial_opens_once_the_time_budget_is_spent_and_the_running_ones_finish():
     holder: list[Driver] = []

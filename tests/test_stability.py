@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stability import History, ThresholdError, Thresholds, advice, classify
+from stability import History, ThresholdError, Thresholds, advice, classify, keys
 from stability.signals import History as H
 from stability.thresholds import DEFAULTS
 
@@ -606,6 +606,7 @@ def test_a_critic_off_its_returns_beside_a_policy_that_learns_is_a_warning():
     alone = classify(learns, final=True)  # without a reference: its own rise says nothing ...
     assert alone.verdict == "stuck_value_loss"
     assert "no reference return is known" in alone.findings[0].advice[-1]  # ... and the finding says what would
+    assert alone.findings[0].evidence[keys.UNREFERENCED_RISE]  # (a sweep's summary counts these)
     learns.context.update(reference_return=475.0, reference_source="CartPole-v1's registered reward_threshold")
     verdict = classify(learns, final=True)
     finding = next(f for f in verdict.findings if f.kind == "stuck_value_loss")

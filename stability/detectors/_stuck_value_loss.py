@@ -103,7 +103,7 @@ from typing import Any
 
 import numpy as np
 
-from stability import advice
+from stability import advice, keys
 from stability.detectors._base import (
     Detector,
     determinism_limit,
@@ -202,12 +202,15 @@ class StuckValueLoss(Detector):
             message = f"explained variance stays {ev:.2f}: the critic is further off its targets than their mean"
         else:
             message = f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
+        unreferenced = _reference_advice(history, learned, final)
+        if unreferenced:  # what a sweep's summary counts: findings a reference return could excuse
+            evidence[keys.UNREFERENCED_RISE] = True
         return Finding(
             self.name,
             history.step_of(n - w),
             message,
             evidence,
-            advice.texts(patches) + _reference_advice(history, learned, final),
+            advice.texts(patches) + unreferenced,
             causes,
             certain=not (short or unsure or live or learned),
             patches=patches,
