@@ -171,14 +171,15 @@ class Driver:
         p.requeued = st.requeue_interrupted(self.study) if self.open_trials else []
         outcomes = st.outcomes(self.study)
         previous = st.counted(self.study)
+        records = [record(t) for t in previous]
         # before any run of this one is made: it closes the runs a driver that died left RUNNING,
         # and makes those it died before writing at all
         self._creations.append(lambda: self.tracker.reconcile(outcomes))
-        if previous:
-            self._creations.append(partial(self._restore_runs, [record(t) for t in previous], outcomes))
+        if records:
+            self._creations.append(partial(self._restore_runs, records, outcomes))
         p.done = len(previous)
         p.failed = sum(t.state.name == "FAIL" for t in previous)
-        for r in map(record, previous):
+        for r in records:
             if r.verdict:
                 p.verdicts[r.verdict] = p.verdicts.get(r.verdict, 0) + 1
         self._update_best(previous)

@@ -173,8 +173,7 @@ def test_runs_left_running_are_closed_as_the_study_says(tmp_path: Path) -> None:
 def test_finished_trials_with_no_run_get_one_made_from_the_study(tmp_path: Path) -> None:
     """A driver killed before it wrote a finished trial's runs at all (their creation still queued
     behind the tracker's start-up) leaves a trial Optuna holds and MLflow lacks. The next run makes
-    its runs from the study, says so, and leaves the runs that exist alone. Here the store is lost
-    outright: every trial of it is in that state."""
+    its runs from the study, says so, and leaves the runs that exist alone."""
     data = tiny_spec("restored", seeds=2, trials=2, objective={"eval_episodes": 1})
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
     assert _rlsweep(tmp_path, "run", "r.yaml").returncode == 0
