@@ -14,7 +14,7 @@ run look like a stuck value loss).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -137,6 +137,17 @@ class NoisyReward(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return obs, float(reward) + self.std * float(self.np_random.normal()), terminated, truncated, info
+
+
+class ScaledReward(gym.RewardWrapper):
+    """Multiplies every reward by ``scale``: the same task paid in other units."""
+
+    def __init__(self, env: gym.Env, scale: float = 1.0) -> None:
+        super().__init__(env)
+        self.scale = float(scale)
+
+    def reward(self, reward: SupportsFloat) -> float:
+        return float(reward) * self.scale
 
 
 class ConstantReward(gym.Wrapper):
