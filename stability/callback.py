@@ -728,19 +728,21 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
 
 def _reference(env: Any, given: float | None) -> dict[str, Any]:
     """The run's reference return and where it came from: the one given, else the training env's
-    registered reward_threshold (read from its first env's spec), else nothing. The spec is read
+    registered reward_threshold (read from its first env's spec), else nothing; and that env's time
+    limit, where it has one (what a reward paid per step survived can reach). The env is read
     only in this process (a DummyVecEnv under any VecEnv wrappers): asking a SubprocVecEnv's
     workers for it pickles it back, and a spec holding a lambda kills the worker; give those
     runs their reference."""
-    if given is not None:
-        return references.context((float(given), references.GIVEN))
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     inner = env
     while inner is not None and not isinstance(inner, DummyVecEnv):
         inner = getattr(inner, "venv", None)  # VecEnv wrappers (VecNormalize, VecFrameStack, ...)
-    envs = getattr(inner, "envs", None) or [None]
-    return references.context(references.registered(getattr(envs[0], "spec", None)))
+    first = (getattr(inner, "envs", None) or [None])[0]
+    found = (
+        (float(given), references.GIVEN) if given is not None else references.registered(getattr(first, "spec", None))
+    )
+    return references.context(found) | references.time_limit(first)
 
 
 def _context(model: Any, vecnorm: Any) -> dict[str, Any]:

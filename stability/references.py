@@ -10,6 +10,10 @@ other keyword arguments or another time limit (``max_episode_steps``, CartPole's
 ``sutton_barto_reward``) has none, and so has one with a wrapper between the env and the outermost
 recorder of its episode returns (SB3's Monitor, Gymnasium's RecordEpisodeStatistics) that may
 change the reward: anything but an observation or action wrapper.
+
+Where no reference is known, an env whose reward is paid per step survived (CartPole's 1 a step)
+still bounds what a return can reach: its time limit times that rate. The detectors read the limit
+(``time_limit``, :func:`time_limit`) and find the rate in the run's own episodes.
 """
 
 from __future__ import annotations
@@ -54,6 +58,16 @@ def by_id(env_id: str, import_module: bool = False) -> tuple[float, str] | None:
     one. A ``package.module:Env-v0`` id imports its module first (registering the env) only with
     ``import_module``: an id read from a log file imports nothing. Raises ``KeyError`` for an id
     that is not registered."""
+    return registered(_spec(env_id, import_module))
+
+
+def limit_by_id(env_id: str, import_module: bool = False) -> dict[str, Any]:
+    """The context of the time limit a Gymnasium env id is registered with (empty without one);
+    raises ``KeyError`` as :func:`by_id` does."""
+    return _limit(getattr(_spec(env_id, import_module), "max_episode_steps", None))
+
+
+def _spec(env_id: str, import_module: bool) -> Any:
     import gymnasium as gym
 
     name = env_id
@@ -66,10 +80,9 @@ def by_id(env_id: str, import_module: bool = False) -> tuple[float, str] | None:
         except ImportError as exc:
             raise KeyError(f"{env_id}: cannot import {module} ({exc})") from None
     try:
-        spec = gym.spec(name)
+        return gym.spec(name)
     except gym.error.Error as exc:
         raise KeyError(f"{env_id}: {exc}") from None
-    return registered(spec)
 
 
 def context(found: tuple[float, str] | None) -> dict[str, Any]:
@@ -78,15 +91,34 @@ def context(found: tuple[float, str] | None) -> dict[str, Any]:
     return {} if found is None else {"reference_return": found[0], "reference_source": found[1]}
 
 
+TIME_LIMIT = "time_limit"  # the run-context key: the most steps an episode can last
+
+
 def named(env_id: Any) -> dict[str, Any]:
-    """The context of the env id a file or log names: its registered threshold, else empty (an id
-    that is not registered, or names a module, which is never imported for it)."""
+    """The context of the env id a file or log names: its registered threshold and time limit, else
+    empty (an id that is not registered, or names a module, which is never imported for it)."""
     if not isinstance(env_id, str):
         return {}
     try:
-        return context(by_id(env_id))
+        return context(by_id(env_id)) | limit_by_id(env_id)
     except KeyError:
         return {}
+
+
+def time_limit(env: Any) -> dict[str, Any]:
+    """The context of a Gymnasium env's time limit: the outermost ``TimeLimit`` wrapper's, else its
+    spec's ``max_episode_steps``; empty when it has neither (``None`` too)."""
+    inner = env
+    while inner is not None:
+        found = _limit(getattr(inner, "_max_episode_steps", None))  # Gymnasium's TimeLimit keeps it there
+        if found:
+            return found
+        inner = getattr(inner, "env", None)
+    return _limit(getattr(getattr(env, "spec", None), "max_episode_steps", None))
+
+
+def _limit(steps: Any) -> dict[str, Any]:
+    return {TIME_LIMIT: steps} if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else {}
 
 
 _DISPLAY_ONLY = frozenset({"render_mode"})  # keyword arguments that change nothing of the returns (SB3 sets it)

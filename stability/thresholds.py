@@ -101,6 +101,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "value_head_std_max": 0.5,
         "long_horizon_gamma": 0.999,
         "learned_fraction": 0.2,
+        "survival_records": 4,
+        "survival_rate_tolerance": 0.25,
+        "survival_length_span": 1.5,
     },
     "entropy_collapse": {
         "enabled": True,

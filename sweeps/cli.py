@@ -358,13 +358,14 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
 
 def _reference(args: argparse.Namespace) -> dict[str, object]:
     """The reference return ``--reference-return`` gives, else ``--env``'s registered
-    reward_threshold; empty when neither gives one."""
+    reward_threshold; empty when neither gives one. With ``--env``, its registered time limit too."""
     from stability import references
 
-    found = None
+    found, limit = None, {}
     if args.env is not None:
         try:
             found = references.by_id(args.env, import_module=True)
+            limit = references.limit_by_id(args.env, import_module=True)
         except KeyError as exc:
             raise UsageError(
                 f"--env {args.env}: not a registered Gymnasium id ({exc.args[0]}). Give the id the run trained "
@@ -380,8 +381,8 @@ def _reference(args: argparse.Namespace) -> dict[str, object]:
     if args.reference_return is not None:
         if not math.isfinite(args.reference_return):
             raise UsageError(f"--reference-return {args.reference_return}: give a finite episode return")
-        return references.context((args.reference_return, references.GIVEN))
-    return references.context(found)
+        return references.context((args.reference_return, references.GIVEN)) | limit
+    return references.context(found) | limit
 
 
 def _json_number(value: object) -> object:

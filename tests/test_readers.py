@@ -313,6 +313,7 @@ def test_cleanrl_repro_script_logs_cleanrl_tags(tmp_path: Path) -> None:
         "n_steps": 256,
         "normalize_advantage": True,
         "weight_decay": 0.1,
+        "time_limit": 200,  # the registered time limit of the env id it names (Pendulum-v1)
     }  # no learning rate: annealed, a schedule whose values the log holds
     assert load_history(tmp_path / "run").context["weight_decay"] == 0.1
     assert load_history(tmp_path / "run", context={"weight_decay": 0.0}).context["weight_decay"] == 0.0
@@ -326,7 +327,7 @@ def test_a_text_that_is_no_cleanrl_table_gives_no_config() -> None:
     assert context_from_cleanrl_table("hello\nworld") == {}
     assert context_from_cleanrl_table("|param|value|\n|-|-|\n|gamma|high|") == {}  # not SB3's types
     table = "|param|value|\n|-|-|\n|gamma|0.9|\n|anneal_lr|False|\n|learning_rate|0.001|\n|env_id|Pendulum-v1|"
-    assert context_from_cleanrl_table(table) == {"gamma": 0.9, "learning_rate": 0.001}
+    assert context_from_cleanrl_table(table) == {"gamma": 0.9, "learning_rate": 0.001, "time_limit": 200}
 
 
 # --------------------------------------------------------------------------------------------- configs
@@ -503,8 +504,10 @@ def test_diagnose_with_the_runs_config_advises_nothing_it_already_had(tmp_path: 
         env = rlsweep(tmp_path, "diagnose", "tb", "--json", "--algo", "ppo", *args)
         assert env.returncode == 0, env.stderr
         assert json.loads(env.stdout)["hyperparams_read"]["reference_return"] == expected
+        assert json.loads(env.stdout)["hyperparams_read"]["time_limit"] == 500
     registered_without = rlsweep(tmp_path, "diagnose", "tb", "--json", "--env", "Pendulum-v1")
-    assert registered_without.returncode == 0 and "hyperparams_read" not in json.loads(registered_without.stdout)
+    assert registered_without.returncode == 0  # its time limit is still read (a bound on what a return reaches)
+    assert json.loads(registered_without.stdout)["hyperparams_read"] == {"time_limit": 200}
     assert "Pendulum-v1 is registered without a reward_threshold" in registered_without.stderr
 
 

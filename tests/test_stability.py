@@ -630,6 +630,44 @@ def test_a_critic_off_its_returns_beside_a_policy_that_learns_is_a_warning():
     assert classify(below, final=True).verdict == "stuck_value_loss"
 
 
+def test_an_env_paid_per_step_survived_bounds_the_reference_by_its_time_limit():
+    """No reference, but returns that follow the episodes' length at a steady rate (CartPole's 1 a
+    step, here with reward noise) within a known time limit: the env pays at most limit x rate, a
+    bound above any reference, so a run that got learned_fraction of the way to it learns."""
+    n = 40
+    off = {"critic_error": [0.9] * n, "critic_r2": [-3.0] * n}
+    lengths = [20.0 + 3.5 * i for i in range(n)]  # 20 -> 156.5 steps of a 200-step limit
+    paid = [length * (1.0 + 0.05 * math.sin(i)) for i, length in enumerate(lengths)]
+
+    def judged(returns: list[float], limit: Any = 200, **more: Any) -> Any:
+        h = ppo_history(n, **off, ep_return=returns, ep_length=lengths, **more)
+        if limit is not None:
+            h.context["time_limit"] = limit
+        verdict = classify(h, final=True)
+        return verdict, next(f for f in verdict.findings if f.kind == "stuck_value_loss")
+
+    verdict, finding = judged(paid)
+    assert verdict.verdict == "healthy" and not finding.certain
+    assert "learns regardless" in finding.causes[0] and "200-step time limit" in finding.causes[0]
+    assert finding.evidence["reference_return"] == pytest.approx(200.0, rel=0.05)
+    assert keys.UNREFERENCED_RISE not in finding.evidence
+    # no time limit known, or returns that do not follow the length: as before
+    assert judged(paid, limit=None)[0].verdict == "stuck_value_loss"
+    assert judged(paid, limit=True)[0].verdict == "stuck_value_loss"  # not a number of steps
+    uneven = [length * (1.0 + 0.8 * (i % 2)) for i, length in enumerate(lengths)]  # a bonus every other record
+    assert judged(uneven)[0].verdict == "stuck_value_loss"
+    # lengths past the limit: the limit read is not the one that ended the episodes
+    assert judged(paid, limit=100)[0].verdict == "stuck_value_loss"
+    # a bound above the reference excuses, never condemns: short of it, the rules decide as without one
+    lengths[:] = [20.0 + 0.6 * i for i in range(n)]  # 20 -> 43 of 200: an eighth of the way
+    verdict, finding = judged([length * 1.01 for length in lengths])
+    assert verdict.verdict == "stuck_value_loss" and finding.evidence.get(keys.UNREFERENCED_RISE)
+    assert "reference_return" not in finding.evidence
+    # a negative rate (Acrobot's -1 a step: shorter is better) bounds nothing
+    lengths[:] = [500.0 - 8 * i for i in range(n)]
+    assert judged([-length for length in lengths], limit=500)[0].verdict == "stuck_value_loss"
+
+
 def test_the_return_at_a_runs_end_is_its_recent_episodes_where_the_callback_recorded_them():
     """SB3's ep_return is a mean over the last 100 episodes: on 1000-step episodes it spans most of a
     run and lags a policy that has learnt. The callback's ep_return_recent (the episodes ended

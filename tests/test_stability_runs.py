@@ -351,6 +351,13 @@ def test_override_info_keys_are_configurable():
     cartpole = PPO("MlpPolicy", "CartPole-v1", seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=1)
     cartpole.learn(64, callback=plain)
     assert plain.history.context["reference_return"] == 475.0  # CartPole-v1's registered reward_threshold
+    # the time limit of the env as made (another than registered here), through the wrapper too
+    assert default.history.context["time_limit"] == 500 and plain.history.context["time_limit"] == 500
+    cut = StabilityCallback()
+    cut_env = make_vec_env("CartPole-v1", env_kwargs={"max_episode_steps": 120})
+    short = PPO("MlpPolicy", cut_env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=1)
+    short.learn(64, callback=cut)
+    assert cut.history.context["time_limit"] == 120 and "reference_return" not in cut.history.context
 
 
 def test_optimizer_class_by_name_builds_the_model(write_spec, cli):

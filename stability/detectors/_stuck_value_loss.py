@@ -81,16 +81,20 @@ return (``reference_return``: the sweep's ``stability.reference_return``, ``diag
 --reference-return`` or ``--env``, else the env's registered ``reward_threshold``, which the
 callback records), a finding on a run whose episode return at its end got at least
 ``learned_fraction`` of the way from its return at the start to the reference is a warning, never a
-certain verdict (the critic lagging a fast-improving policy). The return at the end is that of the
-episodes the run's last records saw end, where the callback recorded them (``ep_return_recent``),
-rather than a mean over the last 100 episodes that lags the policy. Without a reference the run's
-own rise says nothing of how far it fell short: returns from 20 to 130 on CartPole are a quarter of
-the way, and the rules above decide. With a reference the returns got under that fraction of the
-way to, the rules that rest on explained variance alone give a certain verdict rather than a
-warning: beside a policy that is not learning, a critic that never explains its returns is not one
-fitting returns that barely vary about its level (the reason those rules only warn); and a run of
-fewer than ``min_certain_updates`` updates that has ended so is judged on them (its budget was the
-trial's).
+certain verdict (the critic lagging a fast-improving policy). Without one, an env that pays a
+steady reward per step survived (the run's records of return over length all near one positive
+rate, over lengths that vary) within a known time limit (``time_limit``) bounds it: limit times
+rate is the most an episode returns, above any reference. Getting that fraction of the way to the
+bound excuses the finding as a reference would; falling short of it condemns nothing. The return at
+the end is that of the episodes the run's last records saw end, where the callback recorded them
+(``ep_return_recent``), rather than a mean over the last 100 episodes that lags the policy. Without
+a reference or such a bound, the run's own rise says nothing of how far it fell short: returns from
+20 to 130 on CartPole are a quarter of the way, and the rules above decide. With a reference the
+returns got under that fraction of the way to, the rules that rest on explained variance alone give
+a certain verdict rather than a warning: beside a policy that is not learning, a critic that never
+explains its returns is not one fitting returns that barely vary about its level (the reason those
+rules only warn); and a run of fewer than ``min_certain_updates`` updates that has ended so is
+judged on them (its budget was the trial's).
 
 Explained variance is never used alone from a live check: it is ~0 in healthy runs whose rollouts
 hold no episode end (near-constant targets), and in A2C's 5-step rollouts.
@@ -103,7 +107,7 @@ from typing import Any
 
 import numpy as np
 
-from stability import advice, keys
+from stability import advice, keys, references
 from stability.detectors._base import (
     Detector,
     determinism_limit,
@@ -314,15 +318,55 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     start stays the logged one: early, the 100 episodes are the run's first and no older. None without a
     reference."""
     reference = history.context.get("reference_return")
+    ceiling = None
     if not isinstance(reference, (int, float)) or not math.isfinite(reference):
-        return None  # before the returns are read: without a reference, _rose reads them for the advice
+        ceiling = _survival_ceiling(history, t)
+        if ceiling is None:
+            return None  # before the returns are read: without a reference, _rose reads them for the advice
+        reference = ceiling[0]
     ends = _ends(history)
     if ends is None:
         return None
     first, last = ends
     bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
+    if ceiling is not None and last < bar:
+        return None  # short of a bound above the reference says nothing of the reference
     evidence.update(return_start=first, return_end=last, reference_return=float(reference))
+    if ceiling is not None:
+        rate, limit = ceiling[1:]
+        evidence.update(
+            reference_source=f"the most an episode can return: its {limit}-step time limit at the {rate:.3g} "
+            "a step its episodes were paid",
+        )
     return last >= bar
+
+
+def _survival_ceiling(history: History, t: dict[str, Any]) -> tuple[float, float, int] | None:
+    """``(ceiling, rate, time limit)`` where the run's episodes were paid a steady reward per step
+    survived: every record's return over its length within ``survival_rate_tolerance`` of their
+    median rate (positive), over lengths that vary by ``survival_length_span`` or more (so that the
+    return follows the length, not a fixed-length episode's sum), all within the env's time limit
+    (``time_limit`` in the context). Such an env's return can reach at most its limit times that
+    rate: CartPole's 1 a step over 200 steps on v0, whatever its reward_threshold. A bound above any
+    reference, so a run that got ``learned_fraction`` of the way to it got at least as far towards
+    the reference; one that did not says nothing (:func:`_learned`). None otherwise."""
+    limit = history.context.get(references.TIME_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        return None
+    at_r, returns = history.arrays("ep_return")
+    at_l, lengths = history.arrays("ep_length")
+    _, i, j = np.intersect1d(at_r, at_l, assume_unique=True, return_indices=True)
+    returns, lengths = returns[i], lengths[j]
+    keep = np.isfinite(returns) & np.isfinite(lengths) & (lengths > 0)
+    returns, lengths = returns[keep], lengths[keep]
+    if len(returns) < t["survival_records"] or lengths.max() > limit:
+        return None
+    rates = returns / lengths
+    rate = float(np.median(rates))
+    steady = rate > 0 and bool(np.all(np.abs(rates / rate - 1) <= t["survival_rate_tolerance"]))
+    if not steady or lengths.max() < t["survival_length_span"] * lengths.min():
+        return None
+    return rate * limit, rate, limit
 
 
 def _reference_advice(history: History, learned: bool | None, final: bool) -> list[str]:
@@ -356,7 +400,7 @@ def _rose(history: History) -> bool:
 def _returns_read(ctx: dict[str, Any], evidence: dict[str, Any]) -> tuple[float, float, float, str]:
     """What :func:`_learned` read (start, end, reference) and the reference's source, as text."""
     first, last, reference = (evidence[k] for k in ("return_start", "return_end", "reference_return"))
-    source = ctx.get("reference_source")
+    source = evidence.get("reference_source") or ctx.get("reference_source")
     return first, last, reference, f" ({source})" if source else ""
 
 

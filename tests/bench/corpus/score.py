@@ -101,6 +101,7 @@ _WRITTEN = (  # every split, in the order it was written
     "fresh51",
     "fresh52",
     "fresh53",
+    "fresh54",
 )
 # the held-out figure: the split no detector change was made with in view; "seen" is every split
 # written before it, the ones after it are kept for the next changes
@@ -135,8 +136,8 @@ def sweep_history(run: dict[str, Any]) -> History | None:
     context = dict(h["context"])
     if "entropy_max" not in context and not context.get("continuous", True):
         context["entropy_max"] = _entropy_max(run["case"])  # runs recorded before the callback noted it
-    if "reference_return" not in context:  # likewise: the env's registered threshold, as the callback reads it
-        context.update(_registered_reference(run["case"]))
+    for key, value in _recorded_env(run["case"]).items():  # likewise: the env's registered threshold and
+        context.setdefault(key, value)  # time limit, as the callback reads them
     return History(
         steps=h["steps"],
         series={k: (v[0], v[1]) for k, v in h["series"].items()},
@@ -168,16 +169,16 @@ def _entropy_max(case_id: str) -> float | None:
 _REFERENCE: dict[str, dict[str, Any]] = {}
 
 
-def _registered_reference(case_id: str) -> dict[str, Any]:
-    """What the callback records of a case's reference return: its training env's registered
-    reward_threshold, where no wrapper under the episode recorder may change the reward."""
+def _recorded_env(case_id: str) -> dict[str, Any]:
+    """What the callback records of a case's training env: its registered reward_threshold, where no
+    wrapper under the episode recorder may change the reward, and its time limit."""
     if case_id not in _REFERENCE:
         from stability import references
         from sweeps.envs import env_factory
 
         case = next(c for c in load_cases() if c["id"] == case_id)
         env = env_factory(case["env"])()
-        _REFERENCE[case_id] = references.context(references.registered(env.spec))
+        _REFERENCE[case_id] = references.context(references.registered(env.spec)) | references.time_limit(env)
         env.close()
     return _REFERENCE[case_id]
 
