@@ -654,6 +654,8 @@ def test_an_env_paid_per_step_survived_bounds_the_reference_by_its_time_limit():
     # no time limit known, or returns that do not follow the length: as before
     assert judged(paid, limit=None)[0].verdict == "stuck_value_loss"
     assert judged(paid, limit=True)[0].verdict == "stuck_value_loss"  # not a number of steps
+    assert judged(paid, limit=200.5)[0].verdict == "stuck_value_loss"
+    assert judged(paid, limit=200.0)[0].verdict == "healthy"  # read back from JSON as a float
     uneven = [length * (1.0 + 0.8 * (i % 2)) for i, length in enumerate(lengths)]  # a bonus every other record
     assert judged(uneven)[0].verdict == "stuck_value_loss"
     # lengths past the limit: the limit read is not the one that ended the episodes
