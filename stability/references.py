@@ -108,8 +108,9 @@ def named(env_id: Any) -> dict[str, Any]:
 def time_limit(env: Any) -> dict[str, Any]:
     """The context of a Gymnasium env's time limit: the outermost ``TimeLimit`` wrapper's, else its
     spec's ``max_episode_steps``; empty when it has neither (``None`` too)."""
-    inner = env
-    while inner is not None:
+    inner, seen = env, set()
+    while inner is not None and id(inner) not in seen:  # an env that names itself as its .env ends the walk
+        seen.add(id(inner))
         found = _limit(getattr(inner, "_max_episode_steps", None))  # Gymnasium's TimeLimit keeps it there
         if found:
             return found

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -746,6 +747,12 @@ def test_the_reference_return_is_the_registered_threshold_of_the_returns_the_rec
     assert references.registered(gym.make("CartPole-v1", render_mode="rgb_array").spec) is not None  # display only
     assert references.registered(gym.spec("Pendulum-v1")) is None  # registered without one
     assert references.by_id("Acrobot-v1") == (-100.0, "Acrobot-v1's registered reward_threshold")
+    assert references.limit_by_id("Acrobot-v1") == {"time_limit": 500}
+    cut = gym.make("CartPole-v1", max_episode_steps=300)
+    assert references.time_limit(cut) == {"time_limit": 300} and references.time_limit(None) == {}
+    loop = SimpleNamespace()
+    loop.env = loop  # an env that names itself as its inner env: the walk ends
+    assert references.time_limit(loop) == {}
     with pytest.raises(KeyError, match="Nope"):
         references.by_id("Nope-v0")
     with pytest.raises(KeyError, match="not imported"):  # an id read from a log imports nothing
