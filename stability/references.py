@@ -58,16 +58,11 @@ def by_id(env_id: str, import_module: bool = False) -> tuple[float, str] | None:
     one. A ``package.module:Env-v0`` id imports its module first (registering the env) only with
     ``import_module``: an id read from a log file imports nothing. Raises ``KeyError`` for an id
     that is not registered."""
-    return registered(_spec(env_id, import_module))
+    return registered(spec_by_id(env_id, import_module))
 
 
-def limit_by_id(env_id: str, import_module: bool = False) -> dict[str, Any]:
-    """The context of the time limit a Gymnasium env id is registered with (empty without one);
-    raises ``KeyError`` as :func:`by_id` does."""
-    return _limit(getattr(_spec(env_id, import_module), "max_episode_steps", None))
-
-
-def _spec(env_id: str, import_module: bool) -> Any:
+def spec_by_id(env_id: str, import_module: bool = False) -> Any:
+    """The Gymnasium ``EnvSpec`` an env id is registered with; imports and raises as :func:`by_id`."""
     import gymnasium as gym
 
     name = env_id
@@ -100,9 +95,10 @@ def named(env_id: Any) -> dict[str, Any]:
     if not isinstance(env_id, str):
         return {}
     try:
-        return context(by_id(env_id)) | limit_by_id(env_id)
+        spec = spec_by_id(env_id)
     except KeyError:
         return {}
+    return context(registered(spec)) | limit_of(spec)
 
 
 def time_limit(env: Any) -> dict[str, Any]:
@@ -115,11 +111,25 @@ def time_limit(env: Any) -> dict[str, Any]:
         if found:
             return found
         inner = getattr(inner, "env", None)
-    return _limit(getattr(getattr(env, "spec", None), "max_episode_steps", None))
+    return limit_of(getattr(env, "spec", None))
+
+
+def limit_of(spec: Any) -> dict[str, Any]:
+    """The context of the time limit an ``EnvSpec`` gives (``max_episode_steps``); empty without one."""
+    return _limit(getattr(spec, "max_episode_steps", None))
+
+
+def whole_steps(value: Any) -> int | None:
+    """``value`` as a positive whole number of steps (an int, or a whole float: a context read back
+    from JSON), else None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf or value % 1:
+        return None
+    return int(value)
 
 
 def _limit(steps: Any) -> dict[str, Any]:
-    return {TIME_LIMIT: steps} if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else {}
+    found = whole_steps(steps)
+    return {} if found is None else {TIME_LIMIT: found}
 
 
 _DISPLAY_ONLY = frozenset({"render_mode"})  # keyword arguments that change nothing of the returns (SB3 sets it)

@@ -364,8 +364,8 @@ def _reference(args: argparse.Namespace) -> dict[str, object]:
     found, limit = None, {}
     if args.env is not None:
         try:
-            found = references.by_id(args.env, import_module=True)
-            limit = references.limit_by_id(args.env, import_module=True)
+            spec = references.spec_by_id(args.env, import_module=True)
+            found, limit = references.registered(spec), references.limit_of(spec)
         except KeyError as exc:
             raise UsageError(
                 f"--env {args.env}: not a registered Gymnasium id ({exc.args[0]}). Give the id the run trained "

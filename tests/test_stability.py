@@ -747,7 +747,7 @@ def test_the_reference_return_is_the_registered_threshold_of_the_returns_the_rec
     assert references.registered(gym.make("CartPole-v1", render_mode="rgb_array").spec) is not None  # display only
     assert references.registered(gym.spec("Pendulum-v1")) is None  # registered without one
     assert references.by_id("Acrobot-v1") == (-100.0, "Acrobot-v1's registered reward_threshold")
-    assert references.limit_by_id("Acrobot-v1") == {"time_limit": 500}
+    assert references.limit_of(references.spec_by_id("Acrobot-v1")) == {"time_limit": 500}
     cut = gym.make("CartPole-v1", max_episode_steps=300)
     assert references.time_limit(cut) == {"time_limit": 300} and references.time_limit(None) == {}
     loop = SimpleNamespace()

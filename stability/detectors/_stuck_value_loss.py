@@ -350,10 +350,9 @@ def _survival_ceiling(history: History, t: dict[str, Any]) -> tuple[float, float
     rate: CartPole's 1 a step over 200 steps on v0, whatever its reward_threshold. A bound above any
     reference, so a run that got ``learned_fraction`` of the way to it got at least as far towards
     the reference; one that did not says nothing (:func:`_learned`). None otherwise."""
-    limit = history.context.get(references.TIME_LIMIT)  # a whole number of steps, as read back from a store too
-    if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not (0 < limit < math.inf) or limit % 1:
+    limit = references.whole_steps(history.context.get(references.TIME_LIMIT))
+    if limit is None:
         return None
-    limit = int(limit)
     at_r, returns = history.arrays("ep_return")
     at_l, lengths = history.arrays("ep_length")
     _, i, j = np.intersect1d(at_r, at_l, assume_unique=True, return_indices=True)

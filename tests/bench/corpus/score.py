@@ -166,21 +166,21 @@ def _entropy_max(case_id: str) -> float | None:
     return _ENTROPY_MAX[case_id]
 
 
-_REFERENCE: dict[str, dict[str, Any]] = {}
+_RECORDED_ENV: dict[str, dict[str, Any]] = {}
 
 
 def _recorded_env(case_id: str) -> dict[str, Any]:
     """What the callback records of a case's training env: its registered reward_threshold, where no
     wrapper under the episode recorder may change the reward, and its time limit."""
-    if case_id not in _REFERENCE:
+    if case_id not in _RECORDED_ENV:
         from stability import references
         from sweeps.envs import env_factory
 
         case = next(c for c in load_cases() if c["id"] == case_id)
         env = env_factory(case["env"])()
-        _REFERENCE[case_id] = references.context(references.registered(env.spec)) | references.time_limit(env)
+        _RECORDED_ENV[case_id] = references.context(references.registered(env.spec)) | references.time_limit(env)
         env.close()
-    return _REFERENCE[case_id]
+    return _RECORDED_ENV[case_id]
 
 
 def plain_log_history(run: dict[str, Any]) -> History | None:
