@@ -661,11 +661,23 @@ def test_an_env_paid_per_step_survived_bounds_the_reference_by_its_time_limit():
     assert judged(uneven)[0].verdict == "stuck_value_loss"
     # lengths past the limit: the limit read is not the one that ended the episodes
     assert judged(paid, limit=100)[0].verdict == "stuck_value_loss"
-    # a bound above the reference excuses, never condemns: short of it, the rules decide as without one
+    # the bound stands for the reference both ways: short of learned_fraction of the way to it, the
+    # policy did not learn (no advice to give a reference: the bound told how far short it is)
     lengths[:] = [20.0 + 0.6 * i for i in range(n)]  # 20 -> 43 of 200: an eighth of the way
     verdict, finding = judged([length * 1.01 for length in lengths])
-    assert verdict.verdict == "stuck_value_loss" and finding.evidence.get(keys.UNREFERENCED_RISE)
-    assert "reference_return" not in finding.evidence
+    assert verdict.verdict == "stuck_value_loss" and finding.certain
+    assert finding.evidence["reference_return"] == pytest.approx(202.0, rel=0.01)
+    assert keys.UNREFERENCED_RISE not in finding.evidence
+    # six huge updates short of the bound: judged on them, as short of a reference; with no limit
+    # known, a critic that may only need more updates (a warning)
+    few = {"critic_error": [0.9] * 6, "critic_r2": [-3.0] * 6, "ep_length": [21.0, 24, 30, 38, 45, 52]}
+    few["ep_return"] = [length * 1.01 for length in few["ep_length"]]
+    for limit, certain in ((200, True), (None, False)):
+        h = ppo_history(6, **few)
+        if limit is not None:
+            h.context["time_limit"] = limit
+        verdict = classify(h, final=True)
+        assert [(f.kind, f.certain) for f in verdict.findings] == [("stuck_value_loss", certain)]
     # a negative rate (Acrobot's -1 a step: shorter is better) bounds nothing
     lengths[:] = [500.0 - 8 * i for i in range(n)]
     assert judged([-length for length in lengths], limit=500)[0].verdict == "stuck_value_loss"

@@ -84,8 +84,10 @@ callback records), a finding on a run whose episode return at its end got at lea
 certain verdict (the critic lagging a fast-improving policy). Without one, an env that pays a
 steady reward per step survived (the run's records of return over length all near one positive
 rate, over lengths that vary) within a known time limit (``time_limit``) bounds it: limit times
-rate is the most an episode returns, above any reference. Getting that fraction of the way to the
-bound excuses the finding as a reference would; falling short of it condemns nothing. The return at
+rate is the most an episode returns. Such an env's return is its survival time, surviving to the
+limit is the task, and a reference is near the bound (CartPole's 475 of 500, 195 of 200): the bound
+stands for the reference both ways. A run under that fraction (0.2) of the way to it is under half
+the way to any reference 0.4 of the way from its start to the bound or further. The return at
 the end is that of the episodes the run's last records saw end, where the callback recorded them
 (``ep_return_recent``), rather than a mean over the last 100 episodes that lags the policy. Without
 a reference or such a bound, the run's own rise says nothing of how far it fell short: returns from
@@ -315,8 +317,9 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     record before), the end is the median of its last ``RECENT_RECORDS`` records instead: a mean
     over 100 episodes of 1000 steps covers most of a 100k-step run (a MountainCar A2C whose last
     episodes returned 73 on average logged -5, a PPO whose last ones returned 84 logged 22). The
-    start stays the logged one: early, the 100 episodes are the run's first and no older. None without a
-    reference."""
+    start stays the logged one: early, the 100 episodes are the run's first and no older. Without a
+    reference, the bound of an env paid per step survived (:func:`_survival_ceiling`) stands for
+    one; None without either."""
     reference = history.context.get("reference_return")
     ceiling = None
     if not isinstance(reference, (int, float)) or not math.isfinite(reference):
@@ -329,8 +332,6 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
         return None
     first, last = ends
     bar = first + t["learned_fraction"] * (reference - first) if reference > first else reference
-    if ceiling is not None and last < bar:
-        return None  # short of a bound above the reference says nothing of the reference
     evidence.update(return_start=first, return_end=last, reference_return=float(reference))
     if ceiling is not None:
         rate, limit = ceiling[1:]
@@ -347,9 +348,9 @@ def _survival_ceiling(history: History, t: dict[str, Any]) -> tuple[float, float
     median rate (positive), over lengths that vary by ``survival_length_span`` or more (so that the
     return follows the length, not a fixed-length episode's sum), all within the env's time limit
     (``time_limit`` in the context). Such an env's return can reach at most its limit times that
-    rate: CartPole's 1 a step over 200 steps on v0, whatever its reward_threshold. A bound above any
-    reference, so a run that got ``learned_fraction`` of the way to it got at least as far towards
-    the reference; one that did not says nothing (:func:`_learned`). None otherwise."""
+    rate: CartPole's 1 a step over 200 steps on v0, whatever its reward_threshold. Surviving to the
+    limit is such an env's task, so :func:`_learned` reads the bound as the reference, both ways.
+    None otherwise."""
     limit = references.whole_steps(history.context.get(references.TIME_LIMIT))
     if limit is None:
         return None
