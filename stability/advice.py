@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Mapping
 from typing import Any
 
 # knobs the callback records in the run's context under their own name
@@ -66,6 +67,40 @@ def lower_lr(ctx: dict[str, Any], lr: float | None, factor: float, why: str) -> 
     if lr is None or not math.isfinite(lr) or lr <= 0:
         return None
     return {"patch": {"learning_rate": float(f"{lr / factor:.3g}")}, "why": why + f" (from {lr:.3g})"}
+
+
+# Plain SGD moves each weight by learning_rate x its gradient: from a rate of 1 up, every step is
+# larger than the gradient itself, a rate no tuning of the algorithm's own optimizer starts from.
+SGD_STEP_MAX = 1.0
+
+
+def own_optimizer(defaults: Mapping[str, Any]) -> str:
+    """The knob value of the optimizer an algorithm builds when the config names none, from its
+    constructor's defaults: SB3's A2C uses RMSprop (``use_rms_prop``), every other algorithm Adam."""
+    return "rmsprop" if defaults.get("use_rms_prop") is True else "adam"
+
+
+def default_optimizer(algo_class: type) -> str:
+    """:func:`own_optimizer` of an algorithm class (what the callback records)."""
+    params = inspect.signature(algo_class).parameters
+    return own_optimizer({name: p.default for name, p in params.items()})
+
+
+def back_to_own_optimizer(ctx: dict[str, Any], lr: float | None, why: str) -> dict[str, Any] | None:
+    """Where the run stepped plain SGD at ``SGD_STEP_MAX`` or more: the algorithm's own optimizer
+    (``default_optimizer`` in the context) at its default rate, the setting it was tuned at. A cut
+    of a third or a tenth leaves such a rate diverging (SGD at 55 / 3 still blew a PPO's weights
+    up); else None."""
+    own, default = ctx.get("default_optimizer"), ctx.get("default_learning_rate")
+    if str(ctx.get("optimizer", "")).lower() != "sgd" or lr is None or not math.isfinite(lr) or lr < SGD_STEP_MAX:
+        return None
+    if not isinstance(own, str) or not isinstance(default, float) or default <= 0:
+        return None
+    return {
+        "patch": {"optimizer": own, "learning_rate": default},
+        "why": f"{why} (plain SGD at a learning rate of {lr:.3g} steps each weight by more than its gradient: "
+        f"back to the algorithm's own optimizer, {own}, at its default rate)",
+    }
 
 
 def default_learning_rate(algo_class: type) -> float | None:

@@ -751,6 +751,7 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
     default_lr = advice.default_learning_rate(type(model))
     if default_lr is not None:
         ctx["default_learning_rate"] = default_lr
+    ctx["default_optimizer"] = advice.default_optimizer(type(model))
     optimizer = getattr(model.policy, "optimizer", None)
     if optimizer is not None:
         ctx["optimizer"] = type(optimizer).__name__

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stability import advice
 from stability.thresholds import DEFAULTS
 from stability.verdict import rank
 from sweeps import schedules
@@ -182,6 +183,9 @@ def menu(
         ]
     if continuous:
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
+    own = advice.own_optimizer(defaults)
+    if hyperparams.get("optimizer", own) != own:  # as nan_scale and exploding_updates advise for SGD
+        items.append(("own_optimizer", {"optimizer": own, "learning_rate": float(defaults.get("learning_rate", 3e-4))}))
     gamma = hyperparams.get("gamma", defaults.get("gamma"))
     if isinstance(gamma, (int, float)) and gamma >= LONG_HORIZON_GAMMA:  # as stuck_value_loss advises
         items.append(("gamma", {"gamma": 0.99}))

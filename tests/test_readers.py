@@ -385,6 +385,7 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     got = read_config(entry, "a2c")
     assert (got["n_steps"], got["gamma"], got["norm_reward"], got["max_grad_norm"]) == (8, 0.9999, True, 0.5)
     assert got["optimizer"] == "RMSprop" and got["weight_decay"] == 0.0
+    assert got["default_optimizer"] == "rmsprop"  # A2C's own, as the callback records it
     # rlsweep's spellings: normalize {obs, reward}, the weight_decay and log_std_init knobs, an algo key
     ctx = context_from_hyperparams(
         {"algo": "PPO", "normalize": {"obs": True, "reward": False}, "weight_decay": 0.01, "log_std_init": -1}

@@ -86,6 +86,15 @@ def test_the_menu_never_offers_what_the_config_or_its_algorithm_already_has():
     assert "clip_range_vf" not in items
     clipped = {m["name"]: m["patch"] for m in rp.menu({"clip_range_vf": 3e-5}, {"clip_range_vf": None}, True, True)}
     assert clipped["clip_range_vf"] == {"clip_range_vf": None}
+    # the algorithm's own optimizer at its default rate, only where the config named another
+    assert "own_optimizer" not in items and "own_optimizer" not in {
+        m["name"] for m in rp.menu({"optimizer": "adam"}, {}, False, True)
+    }
+    sgd = {
+        m["name"]: m["patch"]
+        for m in rp.menu({"optimizer": "sgd"}, {"learning_rate": 7e-4, "use_rms_prop": True}, False, True)
+    }
+    assert sgd["own_optimizer"] == {"optimizer": "rmsprop", "learning_rate": 7e-4}
 
 
 # --- the plan -----------------------------------------------------------------------------------

@@ -1062,6 +1062,7 @@ def test_context_records_the_gaussian_start_and_bounds_the_advice_reads():
     # both heads' starting scale: SB3's gains (0.01 for the policy's, 1 for the value's) on 8 units
     assert contexts[1]["policy_head_weight_std"] < 0.01 and 0.1 < contexts[1]["value_head_weight_std"] < 1.0
     assert contexts[1]["default_learning_rate"] == 7e-4  # A2C's own, read from its constructor
+    assert contexts[1]["default_optimizer"] == "rmsprop"  # and its own optimizer (PPO's is Adam)
     assert "clip_range_vf" not in contexts[1]  # A2C has none
     json.dumps(contexts)  # the context travels as JSON (MLflow's stability.context tag)
     # PPO keeps its value clip as a schedule: the context holds its value at the start, none unset
@@ -1101,6 +1102,35 @@ def test_a_learning_rate_far_above_the_algorithms_default_is_named_and_can_go_ba
     finding = next(f for f in classify(h, final=True).findings if f.kind == "exploding_updates")
     assert finding.causes[0].startswith("learning rate 0.2 is 667x")
     assert finding.patches[0]["patch"] == {"learning_rate": 0.02}
+
+
+def test_plain_sgd_stepping_past_its_gradient_goes_back_to_the_algorithms_own_optimizer():
+    """SGD at a learning rate of 1 or more steps each weight by more than its gradient: a divergence
+    there is advised the algorithm's own optimizer at its default rate, before any cut of the rate
+    (a third of 55 still diverged). Under 1, or another optimizer, the cuts decide as before."""
+    ctx = {"algo": "PPO", "optimizer": "SGD", "default_learning_rate": 3e-4, "default_optimizer": "adam"}
+    back = advice.back_to_own_optimizer(ctx, 55.0, "smaller updates")
+    assert back is not None and back["patch"] == {"optimizer": "adam", "learning_rate": 3e-4}
+    assert "55" in back["why"] and "adam" in back["why"]
+    assert advice.back_to_own_optimizer(ctx, 0.5, "x") is None  # SGD under 1: the usual cut first
+    assert advice.back_to_own_optimizer(ctx | {"optimizer": "Adam"}, 55.0, "x") is None
+    assert advice.back_to_own_optimizer(ctx | {"optimizer": "sgd"}, 55.0, "x") is not None  # a config's knob
+    assert advice.back_to_own_optimizer({"optimizer": "SGD"}, 55.0, "x") is None  # nothing known to go back to
+    # both divergence findings offer it first (nan_scale after a Gaussian's bounds, which it has not here)
+    h = ppo_history(12, learning_rate=[55.0] * 12)
+    h.add(13000, {"value_loss": math.nan})
+    h.context.update(ctx)
+    nan = next(f for f in classify(h, final=True).findings if f.kind == "nan_scale")
+    assert [p["patch"] for p in nan.patches[:2]] == [
+        {"optimizer": "adam", "learning_rate": 3e-4},
+        {"learning_rate": 18.3},
+    ]
+    blowup = {"update_ratio": [0.01] * 8 + [0.9] * 32, "approx_kl": [0.01] * 8 + [20.0] * 32}
+    h = ppo_history(40, learning_rate=[2.0] * 40, **blowup)
+    h.context.update(ctx | {"default_optimizer": "rmsprop", "default_learning_rate": 7e-4})
+    exploding = next(f for f in classify(h, final=True).findings if f.kind == "exploding_updates")
+    assert exploding.patches[0]["patch"] == {"optimizer": "rmsprop", "learning_rate": 7e-4}
+    assert exploding.patches[1]["patch"] == {"learning_rate": 0.2}
 
 
 def test_gradient_norms_split_by_role_exactly_and_keep_an_infinite_role_apart():

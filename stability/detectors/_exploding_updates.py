@@ -126,6 +126,7 @@ class ExplodingUpdates(Detector):
         ctx, lr = history.context, history.values("learning_rate")
         first_lr = lr[0] if lr else None
         patches = advice.collect(
+            advice.back_to_own_optimizer(ctx, first_lr, "updates far larger than the run's own early ones"),
             advice.lower_lr(ctx, first_lr, 10.0, "updates far larger than the run's own early ones"),
             advice.clip_grads(ctx, "cap the size of each update"),
             advice.make(ctx, "normalize", {"reward": True}, "large returns make large value-loss gradients")

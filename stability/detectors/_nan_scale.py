@@ -191,6 +191,7 @@ def _patches(history: History) -> list[dict[str, Any]]:
     bounded = ctx.get("log_std_bounds")
     return advice.collect(
         _bounds_patch(history) if gaussian and not (bounded and bounded[1] <= 2 and bounded[0] >= -20) else None,
+        advice.back_to_own_optimizer(ctx, lr[0] if lr else None, "smaller updates"),
         advice.lower_lr(ctx, lr[0] if lr else None, 3.0, "smaller updates"),
         advice.clip_grads(ctx, "clip the gradients that moved the parameters this far"),
         advice.make(ctx, "normalize", {"reward": True}, "bring large or spiky rewards near 1"),

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from stability import references
+from stability import advice, references
 from stability.readers._errors import LogReadError
 
 # SB3 keyword arguments the detectors read, with the type each must have
@@ -380,7 +380,8 @@ def _defaults(algo: str) -> dict[str, Any]:
     # every SB3 optimizer starts without weight decay (A2C's RMSprop included); a file that sets
     # policy_kwargs.optimizer_class or optimizer_kwargs says otherwise
     out["weight_decay"] = 0.0
-    out["optimizer"] = "RMSprop" if algo == "A2C" else "Adam"
+    out["default_optimizer"] = advice.default_optimizer(cls)  # as the callback records it
+    out["optimizer"] = {"rmsprop": "RMSprop", "adam": "Adam"}[out["default_optimizer"]]
     # and nothing normalised: SB3 does not wrap the env itself, and rl-zoo3 writes normalize when set
     out["norm_reward"], out["norm_obs"] = False, False
     return out
