@@ -729,19 +729,23 @@ def _loc_abs_max(policy: Any, observations: Any, sample: int = 64) -> float | No
 def _reference(env: Any, given: float | None) -> dict[str, Any]:
     """The run's reference return and where it came from: the one given, else the training env's
     registered reward_threshold (read from its first env's spec), else nothing; and that env's time
-    limit, where it has one (what a reward paid per step survived can reach). The env is read
-    only in this process (a DummyVecEnv under any VecEnv wrappers): asking a SubprocVecEnv's
+    limit, where it has one (what a reward paid per step survived can reach). The env itself is
+    read only in this process (a DummyVecEnv under any VecEnv wrappers): asking a SubprocVecEnv's
     workers for it pickles it back, and a spec holding a lambda kills the worker; give those
-    runs their reference."""
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    runs their reference. Their time limit is asked for as the number it is (the outermost
+    ``TimeLimit``'s, where the first worker's env has one)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     inner = env
-    while inner is not None and not isinstance(inner, DummyVecEnv):
+    while inner is not None and not isinstance(inner, (DummyVecEnv, SubprocVecEnv)):
         inner = getattr(inner, "venv", None)  # VecEnv wrappers (VecNormalize, VecFrameStack, ...)
+    given_found = (float(given), references.GIVEN) if given is not None else None
+    if isinstance(inner, SubprocVecEnv):
+        limit = references.LIMIT_ATTR
+        steps = inner.get_attr(limit, indices=[0])[0] if inner.has_attr(limit) else None
+        return references.context(given_found) | references.limit_context(steps)
     first = (getattr(inner, "envs", None) or [None])[0]
-    found = (
-        (float(given), references.GIVEN) if given is not None else references.registered(getattr(first, "spec", None))
-    )
+    found = given_found if given_found is not None else references.registered(getattr(first, "spec", None))
     return references.context(found) | references.time_limit(first)
 
 

@@ -107,7 +107,7 @@ def time_limit(env: Any) -> dict[str, Any]:
     inner, seen = env, set()
     while inner is not None and id(inner) not in seen:  # an env that names itself as its .env ends the walk
         seen.add(id(inner))
-        found = _limit(getattr(inner, "_max_episode_steps", None))  # Gymnasium's TimeLimit keeps it there
+        found = limit_context(getattr(inner, LIMIT_ATTR, None))
         if found:
             return found
         inner = getattr(inner, "env", None)
@@ -116,7 +116,7 @@ def time_limit(env: Any) -> dict[str, Any]:
 
 def limit_of(spec: Any) -> dict[str, Any]:
     """The context of the time limit an ``EnvSpec`` gives (``max_episode_steps``); empty without one."""
-    return _limit(getattr(spec, "max_episode_steps", None))
+    return limit_context(getattr(spec, "max_episode_steps", None))
 
 
 def whole_steps(value: Any) -> int | None:
@@ -127,7 +127,11 @@ def whole_steps(value: Any) -> int | None:
     return int(value)
 
 
-def _limit(steps: Any) -> dict[str, Any]:
+LIMIT_ATTR = "_max_episode_steps"  # where Gymnasium's TimeLimit keeps its limit
+
+
+def limit_context(steps: Any) -> dict[str, Any]:
+    """The context of a time limit of ``steps`` (empty where it is no whole number of steps)."""
     found = whole_steps(steps)
     return {} if found is None else {TIME_LIMIT: found}
 

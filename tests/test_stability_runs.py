@@ -358,6 +358,17 @@ def test_override_info_keys_are_configurable():
     short = PPO("MlpPolicy", cut_env, seed=0, device="cpu", n_steps=64, batch_size=64, n_epochs=1)
     short.learn(64, callback=cut)
     assert cut.history.context["time_limit"] == 120 and "reference_return" not in cut.history.context
+    # a SubprocVecEnv's workers are asked for the limit alone (their env, and its spec, stay there)
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    remote = StabilityCallback()
+    sub_env = make_vec_env("CartPole-v1", n_envs=2, env_kwargs={"max_episode_steps": 90}, vec_env_cls=SubprocVecEnv)
+    try:
+        model = PPO("MlpPolicy", sub_env, seed=0, device="cpu", n_steps=32, batch_size=64, n_epochs=1)
+        model.learn(64, callback=remote)
+    finally:
+        sub_env.close()
+    assert remote.history.context["time_limit"] == 90 and "reference_return" not in remote.history.context
 
 
 def test_optimizer_class_by_name_builds_the_model(write_spec, cli):
