@@ -184,7 +184,8 @@ def menu(
     if continuous:
         items.append(("log_std_bounds", {"log_std_bounds": [-5, 2]}))
     own = advice.own_optimizer(defaults)
-    if hyperparams.get("optimizer", own) != own:  # as nan_scale and exploding_updates advise for SGD
+    # where the config named another optimizer (the findings advise it for plain SGD at a rate of 1 or more)
+    if hyperparams.get("optimizer", own) != own:
         items.append(("own_optimizer", {"optimizer": own, "learning_rate": float(defaults.get("learning_rate", 3e-4))}))
     gamma = hyperparams.get("gamma", defaults.get("gamma"))
     if isinstance(gamma, (int, float)) and gamma >= LONG_HORIZON_GAMMA:  # as stuck_value_loss advises
