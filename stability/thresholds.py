@@ -69,6 +69,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "collapsed_fraction": 0.1,
         "min_certain_steps": 2048,
         "min_updates_final": 4,
+        "drift_corr_min": 0.7,
+        "drift_growth": 2.0,
     },
     "stuck_value_loss": {
         "enabled": True,

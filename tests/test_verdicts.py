@@ -490,6 +490,32 @@ def test_an_a2c_policy_held_at_its_first_entropy_is_dead():
     assert "dead_policy_gradient" not in {f.kind for f in judge(_a2c_history(frozen, continuous=True)).findings}
 
 
+def test_a_slow_learners_steady_drift_from_its_first_entropy_is_judged_once_the_run_ends():
+    """A discrete A2C policy still within 1% of its first entropy but drifting steadily away from it
+    (a slow learner, on its way past the label's 0.01 nats) is not called dead mid-run, a stop of a
+    policy that moves; once the run has ended, within 1% is dead as before. One held where it
+    started (its drift reached early and kept: weight decay) is dead mid-run as before."""
+
+    def a2c(entropy: list[float]) -> History:
+        h = History(total_steps=80 * 400)  # half the budget done after these 40 updates
+        for i, value in enumerate(entropy):
+            row = {"pg_loss": 15.0 * (-1) ** i, "value_loss": 50.0, "explained_variance": 0.5, "entropy": value}
+            h.add(400 * (i + 1), row | {"grad_norm": 10.0, "grad_norm_actor": 2.0})
+        return h
+
+    def dead(h: History, final: bool) -> bool:
+        return "dead_policy_gradient" in {f.kind for f in classify(h, final=final).findings}
+
+    drifting = a2c([0.6931 - 2e-6 * i * i for i in range(40)])  # 0.003 away by now, and growing
+    assert not dead(drifting, final=False) and dead(drifting, final=True)
+    finding = next(f for f in classify(drifting, final=True).findings if f.kind == "dead_policy_gradient")
+    assert finding.certain
+    held = a2c([0.6931 - 4e-4 * min(i, 5) + 1e-4 * (-1) ** i for i in range(40)])  # moved early, then kept
+    assert dead(held, final=False)
+    no_trend = classify(held).findings[0].evidence
+    assert no_trend["entropy_drift_late"] < 2 * no_trend["entropy_drift_early"]
+
+
 def test_an_a2c_gaussian_whose_std_never_moved_at_all_is_dead_unless_already_near_deterministic():
     """At lr 1e-9 an A2C std moves by 1e-7 of itself in a whole run (float32's resolution); at lr
     7e-5 by 4e-3. The first is the optimizer moving nothing, the mean included."""

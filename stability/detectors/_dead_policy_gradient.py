@@ -16,7 +16,8 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
 - A2C-style runs (no approx_kl; A2C's policy_loss uses raw advantages, so it is never ~0):
   entropy and std frozen, and the actor's share of the gradient negligible or the advantages flat,
   or (discrete policies) the entropy still at its very first value (weight decay or an entropy
-  bonus holding the policy at uniform while its gradient is not small).
+  bonus holding the policy at uniform while its gradient is not small); mid-run, not where that
+  entropy drifts steadily away from its first value (a slow learner, judged once the run has ended).
 - Either style, where the callback recorded the weights' norm (``param_norm``): a discrete
   policy's entropy frozen over the window, or a Gaussian's std never further than
   ``shrunk_std_drift_max`` from its first value, while the weights sit at ``weights_shrunk`` of
@@ -34,6 +35,8 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+import numpy as np
 
 from stability import advice
 from stability.detectors._base import (
@@ -106,7 +109,7 @@ class DeadPolicyGradient(Detector):
             if is_continuous(history):
                 still = _std_never_moved(history, t, evidence)
             else:
-                still = _never_moved(history, t, evidence)
+                still = _never_moved(history, t, evidence) and (final or not _drifting(history, t, evidence))
             dead = bool(frozen_entropy) and frozen_std is not False and (starved or still)
             movable = True
             onset = n - w
@@ -189,6 +192,26 @@ def _never_moved(history: History, t: dict[str, Any], evidence: dict[str, Any]) 
     moved = drift / max(abs(first), 0.1)
     evidence.update(entropy_first=first, entropy_last=entropy[-1], entropy_max_drift=moved)
     return moved < t["entropy_rel_change_max"]
+
+
+def _drifting(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """A discrete policy's entropy drifting steadily away from its first value, however little so
+    far: its distance from the first value tracks time (correlation ``drift_corr_min`` or more) and
+    its median over the last quarter of the records is ``drift_growth`` times that over the second
+    quarter or more. A slow learner's (a learning rate of 5e-5 on A2C: 0.0001 -> 0.0023 by half
+    way, on its way to 0.04 nats from its start), not a policy held where it started (weight
+    decay: a drift reached early and kept, its quarters alike). Noted in the evidence."""
+    entropy = np.array([v for v in history.values("entropy") if math.isfinite(v)])
+    q = len(entropy) // 4
+    if q < 2:
+        return False
+    drift = np.abs(entropy - entropy[0])
+    if drift.std() == 0:
+        return False
+    corr = float(np.corrcoef(np.arange(len(drift)), drift)[0, 1])
+    early, late = float(np.median(drift[q : 2 * q])), float(np.median(drift[-q:]))
+    evidence.update(entropy_drift_corr=corr, entropy_drift_late=late, entropy_drift_early=early)
+    return corr >= t["drift_corr_min"] and late > 0 and late >= t["drift_growth"] * early
 
 
 def _std_never_moved(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
