@@ -162,7 +162,8 @@ def menu(
     """Every knob change repair may try, for the random baseline (and crashes without findings):
     the same kinds of change the detectors advise, minus those the config already has
     (``defaults``: the algorithm's constructor defaults, for knobs the config leaves out)."""
-    lr = initial_rate(hyperparams, float(defaults.get("learning_rate", 3e-4)))
+    default_lr = float(defaults.get("learning_rate", 3e-4))
+    lr = initial_rate(hyperparams, default_lr)
     items: list[tuple[str, dict[str, Any]]] = [
         ("lr/3", {"learning_rate": float(f"{lr / 3:.3g}")}),
         ("lr/10", {"learning_rate": float(f"{lr / 10:.3g}")}),
@@ -186,7 +187,7 @@ def menu(
     own = advice.own_optimizer(defaults)
     # where the config named another optimizer (the findings advise it for plain SGD at a rate of 1 or more)
     if hyperparams.get("optimizer", own) != own:
-        items.append(("own_optimizer", {"optimizer": own, "learning_rate": float(defaults.get("learning_rate", 3e-4))}))
+        items.append(("own_optimizer", {"optimizer": own, "learning_rate": default_lr}))
     gamma = hyperparams.get("gamma", defaults.get("gamma"))
     if isinstance(gamma, (int, float)) and gamma >= LONG_HORIZON_GAMMA:  # as stuck_value_loss advises
         items.append(("gamma", {"gamma": 0.99}))
