@@ -726,6 +726,30 @@ def test_few_return_records_that_span_enough_long_episodes_are_a_constant_reward
     assert "degenerate_reward" not in {f.kind for f in judge(h.prefix(8)).findings}
 
 
+@pytest.mark.parametrize("callback", [True, False], ids=["sweep", "diagnose_config"])
+def test_a_constant_reward_whose_every_episode_ran_out_the_time_limit_needs_two_episodes(callback):
+    """CartPole cut at 2000 steps and paid 0.2 on every step, never ending early: 12 rollouts of
+    1024 steps (4 envs) end 4 episodes at once, all returning 400. Episodes that ran out the clock
+    carry no signal in their ends, so two of them are enough; below a longer limit the same lengths
+    ended on something the policy did, and ten are needed again."""
+    n, every = 12, 1024
+
+    def run(limit: int | None) -> History:
+        h = History(total_steps=n * every, context={} if limit is None else {"time_limit": limit})
+        for i in range(n):
+            values = {"entropy": 0.69, "value_loss": 1e-3, "explained_variance": 0.0, "approx_kl": 1e-3}
+            if (i + 1) * every >= 8000:
+                values |= {"ep_return": 400.0, "ep_length": 2000.0}
+            if callback:
+                values |= {"reward_std": 0.0, "reward_mean": 0.2}
+            h.add((i + 1) * every, values)
+        return h
+
+    assert judge(run(2000)).verdict == "degenerate_reward"
+    assert "degenerate_reward" not in {f.kind for f in judge(run(None)).findings}
+    assert "degenerate_reward" not in {f.kind for f in judge(run(2500)).findings}
+
+
 def _plain_long_episodes(returns: list[float], every: int = 200, lengths: list[float] | None = None) -> History:
     """A plain SB3 log of a run whose 999-step episodes end in waves: ``ep_return`` is the
     logger's running mean, re-logged at every update whether or not an episode ended."""

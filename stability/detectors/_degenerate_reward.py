@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stability import references
 from stability.detectors._base import Detector, streak_start
 from stability.findings import Finding
 from stability.signals import History
@@ -111,9 +112,18 @@ def _enough_episodes(history: History, returns: list[float], start_step: int, t:
     that span 12 episodes. The episodes a stretch holds are its env steps over the mean episode
     length (steps of all envs count); a stretch from the run's start counts from step 0, as the
     first logged mean already holds the episodes that ended before it. Without episode lengths
-    the records are all there is to go by."""
+    the records are all there is to go by.
+
+    Episodes that all ran out the env's time limit (every logged length at ``time_limit`` in the
+    context, from the run's start) need two, not ``min_episodes``: none ended on anything the
+    policy did, so their ends carry no signal and each one's return is its limit's worth of
+    per-step rewards, which the rollouts already show. More of them would only repeat that sum:
+    CartPole cut at 2000 steps and paid 0.2 a step ends 4 episodes in 12000 steps of 4 envs, all
+    returning 400."""
     lengths = [v for v in history.values("ep_length") if v > 0]
     if not lengths:
         return len(returns) >= t["min_updates"]
     episodes = (history.last_step - start_step) / (sum(lengths) / len(lengths))
-    return len(returns) >= 2 and episodes >= t["min_episodes"]
+    limit = references.whole_steps(history.context.get(references.TIME_LIMIT))
+    needed = 2 if limit is not None and min(lengths) >= limit else t["min_episodes"]
+    return len(returns) >= 2 and episodes >= needed
