@@ -678,9 +678,37 @@ def test_an_env_paid_per_step_survived_bounds_the_reference_by_its_time_limit():
             h.context["time_limit"] = limit
         verdict = classify(h, final=True)
         assert [(f.kind, f.certain) for f in verdict.findings] == [("stuck_value_loss", certain)]
-    # a negative rate (Acrobot's -1 a step: shorter is better) bounds nothing
-    lengths[:] = [500.0 - 8 * i for i in range(n)]
-    assert judged([-length for length in lengths], limit=500)[0].verdict == "stuck_value_loss"
+
+
+def test_an_env_that_charges_per_step_until_the_episode_ends_is_bounded_by_an_end_at_once():
+    """Acrobot's -1 a step (here with noise) over episodes cut at 700 steps: shorter is better, and
+    the most an episode can return is 0. That stands for the reference both ways: a run whose
+    episodes got learned_fraction of the way from their start to 0 learns (a warning); one that
+    got under it, over lengths that still varied, does not (certain)."""
+    n = 40
+    off = {"critic_error": [0.9] * n, "critic_r2": [-3.0] * n}
+
+    def judged(lengths: list[float], limit: Any = 700) -> Any:
+        returns = [-length * (1.0 + 0.01 * math.sin(i)) for i, length in enumerate(lengths)]
+        h = ppo_history(n, **off, ep_return=returns, ep_length=lengths)
+        if limit is not None:
+            h.context["time_limit"] = limit
+        verdict = classify(h, final=True)
+        return verdict, next(f for f in verdict.findings if f.kind == "stuck_value_loss")
+
+    sooner = [700.0 - 14 * i for i in range(n)]  # 700 -> 154 steps: 78% of the way to 0
+    verdict, finding = judged(sooner)
+    assert verdict.verdict == "healthy" and not finding.certain
+    assert finding.evidence["reference_return"] == 0.0
+    assert "learns regardless" in finding.causes[0] and "until it ends: 0, an end at once" in finding.causes[0]
+    assert judged(sooner, limit=None)[0].verdict == "stuck_value_loss"  # no limit known: as before
+    # lengths that varied (a few early episodes reached the goal) but ended where they began
+    varied = [300.0 + 10 * i for i in range(n)]  # 300 -> 690 of 700: worse, not better
+    verdict, finding = judged(varied)
+    assert verdict.verdict == "stuck_value_loss" and finding.certain
+    # lengths that never varied enough to show the cost follows them (every episode cut at the
+    # limit, or near it) say nothing of the bound: as without one
+    assert "reference_return" not in judged([700.0 - 4 * i for i in range(n)])[1].evidence
 
 
 def test_the_return_at_a_runs_end_is_its_recent_episodes_where_the_callback_recorded_them():

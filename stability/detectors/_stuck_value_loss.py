@@ -337,7 +337,9 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
         rate, limit = ceiling[1:]
         evidence.update(
             reference_source=f"the most an episode can return: its {limit}-step time limit at the {rate:.3g} "
-            "a step its episodes were paid",
+            "a step its episodes were paid"
+            if rate > 0
+            else f"the most an episode can return at a cost of {-rate:.3g} a step until it ends: 0, an end at once",
         )
     return last >= bar
 
@@ -350,7 +352,10 @@ def _survival_ceiling(history: History, t: dict[str, Any]) -> tuple[float, float
     (``time_limit`` in the context). Such an env's return can reach at most its limit times that
     rate: CartPole's 1 a step over 200 steps on v0, whatever its reward_threshold. Surviving to the
     limit is such an env's task, so :func:`_learned` reads the bound as the reference, both ways.
-    None otherwise."""
+    A steady negative rate is a cost paid per step until the episode ends (Acrobot's -1, with
+    whatever noise or time limit): ending sooner is the task, and the most an episode can return
+    is 0, an end at once, which stands for the reference the same way (Acrobot's registered -100
+    is 80% of the way to it from an untrained policy's -500). None otherwise."""
     limit = references.whole_steps(history.context.get(references.TIME_LIMIT))
     if limit is None:
         return None
@@ -364,10 +369,10 @@ def _survival_ceiling(history: History, t: dict[str, Any]) -> tuple[float, float
         return None
     rates = returns / lengths
     rate = float(np.median(rates))
-    steady = rate > 0 and bool(np.all(np.abs(rates / rate - 1) <= t["survival_rate_tolerance"]))
+    steady = rate != 0 and bool(np.all(np.abs(rates / rate - 1) <= t["survival_rate_tolerance"]))
     if not steady or lengths.max() < t["survival_length_span"] * lengths.min():
         return None
-    return rate * limit, rate, limit
+    return max(rate * limit, 0.0), rate, limit
 
 
 def _reference_advice(history: History, learned: bool | None, final: bool) -> list[str]:
