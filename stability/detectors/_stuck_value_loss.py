@@ -318,8 +318,8 @@ def _learned(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> b
     over 100 episodes of 1000 steps covers most of a 100k-step run (a MountainCar A2C whose last
     episodes returned 73 on average logged -5, a PPO whose last ones returned 84 logged 22). The
     start stays the logged one: early, the 100 episodes are the run's first and no older. Without a
-    reference, the bound of an env paid per step survived (:func:`_survival_ceiling`) stands for
-    one; None without either."""
+    reference, the bound of an env paid per step survived, or charged per step until the episode
+    ends (:func:`_survival_ceiling`), stands for one; None without either."""
     reference = history.context.get("reference_return")
     ceiling = None
     if not isinstance(reference, (int, float)) or not math.isfinite(reference):
