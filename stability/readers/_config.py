@@ -367,8 +367,8 @@ def _defaults(algo: str) -> dict[str, Any]:
     if cls is None:
         return {}
     out: dict[str, Any] = {}
-    for name, param in inspect.signature(cls.__init__).parameters.items():
-        default = param.default
+    defaults = {name: param.default for name, param in inspect.signature(cls.__init__).parameters.items()}
+    for name, default in defaults.items():
         if name in _NUMBERS and isinstance(default, (int, float)) and not isinstance(default, bool):
             out[name] = float(default)
         elif name in _INTEGERS and isinstance(default, int) and not isinstance(default, bool):
@@ -380,7 +380,7 @@ def _defaults(algo: str) -> dict[str, Any]:
     # every SB3 optimizer starts without weight decay (A2C's RMSprop included); a file that sets
     # policy_kwargs.optimizer_class or optimizer_kwargs says otherwise
     out["weight_decay"] = 0.0
-    out["default_optimizer"] = advice.default_optimizer(cls)  # as the callback records it
+    out["default_optimizer"] = advice.own_optimizer(defaults)  # as the callback records it
     out["optimizer"] = {"rmsprop": "RMSprop", "adam": "Adam"}[out["default_optimizer"]]
     # and nothing normalised: SB3 does not wrap the env itself, and rl-zoo3 writes normalize when set
     out["norm_reward"], out["norm_obs"] = False, False
