@@ -766,6 +766,7 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         "max_grad_norm",
         "n_steps",
         "gamma",
+        "gae_lambda",
         "ent_coef",
         "vf_coef",
         "target_kl",

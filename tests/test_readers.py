@@ -307,6 +307,7 @@ def test_cleanrl_repro_script_logs_cleanrl_tags(tmp_path: Path) -> None:
     ctx = context_from_cleanrl_table(texts["hyperparameters"])
     assert ctx == {
         "gamma": 0.99,
+        "gae_lambda": 0.95,  # the stuck-critic rule reads the lambda-returns' size with it
         "ent_coef": 0.0,
         "vf_coef": 0.5,
         "max_grad_norm": 0.5,
@@ -407,11 +408,19 @@ def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) ->
 
     from stability.readers import read_config
 
-    PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, gamma=0.999, max_grad_norm=2.0, device="cpu").save(
-        tmp_path / "ppo.zip"
-    )
+    PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=64,
+        batch_size=64,
+        gamma=0.999,
+        gae_lambda=0.9,
+        max_grad_norm=2.0,
+        device="cpu",
+    ).save(tmp_path / "ppo.zip")
     ctx = read_config(tmp_path / "ppo.zip")
     assert ctx["algo"] == "PPO" and ctx["gamma"] == 0.999 and ctx["max_grad_norm"] == 2.0 and ctx["n_steps"] == 64
+    assert ctx["gae_lambda"] == 0.9
     assert ctx["action_space"] == "Discrete" and ctx["continuous"] is False
     assert ctx["entropy_max"] == pytest.approx(math.log(2))
     A2C("MlpPolicy", "Pendulum-v1", learning_rate=lambda f: 7e-4 * f, device="cpu").save(tmp_path / "a2c.zip")

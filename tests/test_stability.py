@@ -401,19 +401,20 @@ def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_fo
     common = dict(explained_variance=ev, ep_return=[-30.0 + i % 3 for i in range(n)], ep_length=[999.0] * n)
     fit = ppo_history(n, value_loss=[0.5 / (1 + i) for i in range(n)], **common)  # ends at ~0.0013 of 9
     assert classify(fit, final=True).verdict == "healthy"
-    # ~0.055 of 9, a quarter of the scale off: explained variance alone says stuck, a warning only
-    off = classify(ppo_history(n, value_loss=[0.5] * n, **common), final=True)
+    # ~0.011 of 9, a tenth of the scale off: explained variance alone says stuck, a warning only
+    # (and 0.63 of the lambda-returns' size, 0.5: under the bar of the rule on them)
+    off = classify(ppo_history(n, value_loss=[0.1] * n, **common), final=True)
     assert off.verdict == "healthy"
     warning = next(f for f in off.findings if f.kind == "stuck_value_loss")
     assert not warning.certain and warning.evidence["explained_variance_only"]
     assert "explained variance alone" in warning.causes[0]
     # with a reference return the flat returns never approach (0 here), the policy is not learning
     # either, and explained variance alone then says stuck; with one they reached, it stays a warning
-    short = ppo_history(n, value_loss=[0.5] * n, **common)
+    short = ppo_history(n, value_loss=[0.1] * n, **common)
     short.context["reference_return"] = 0.0
     verdict = classify(short, final=True)
     assert verdict.verdict == "stuck_value_loss" and "not learning either" in verdict.findings[0].causes[0]
-    reached = ppo_history(n, value_loss=[0.5] * n, **common)
+    reached = ppo_history(n, value_loss=[0.1] * n, **common)
     reached.context["reference_return"] = -29.5
     verdict = classify(reached, final=True)
     assert verdict.verdict == "healthy"
@@ -424,6 +425,43 @@ def test_a_plain_ppo_log_whose_loss_is_tiny_against_its_episodes_is_not_stuck_fo
     # ~1e-8 of it: rewards scaled down before the critic, whose targets the episodes do not measure
     scaled = ppo_history(n, value_loss=[1e-7] * n, **common)
     assert classify(scaled, final=True).verdict == "stuck_value_loss"
+
+
+def test_a_plain_ppo_log_whose_loss_is_the_lambda_returns_own_size_is_a_critic_off_their_level():
+    """Pendulum-like episodes (-2500 over 400 steps): GAE's lambda-returns bootstrap from the
+    critic, so a critic that never learnt the returns' level (-620 discounted) is fit to targets of
+    about 6.25 / (1 - 0.99 x 0.95) = 105 and logs a loss near their square, ~2% of the discounted
+    return's square: under the rule on that square, and explained variance alone gave a warning."""
+    n = 24
+    common = dict(
+        explained_variance=[0.004 + 0.002 * math.sin(i) for i in range(n)],
+        ep_return=[-2500.0 + 40 * math.sin(i) for i in range(n)],
+        ep_length=[400.0] * n,
+    )
+    off = classify(ppo_history(n, value_loss=[9000.0 + 300 * math.sin(i) for i in range(n)], **common), final=True)
+    assert off.verdict == "stuck_value_loss"
+    finding = off.findings[0]
+    assert finding.certain and finding.evidence["value_error_over_lambda_return"] == pytest.approx(0.9, abs=0.03)
+    assert "off the returns' level by about 0.9" in finding.summary
+    # before the end, a warning; a loss that fell (with its targets) is not this rule's
+    live = classify(ppo_history(n, value_loss=[9000.0] * n, **common), final=False)
+    assert live.verdict == "healthy"
+    fell = classify(ppo_history(n, value_loss=[30000.0 * 0.9**i for i in range(n)], **common), final=True)
+    assert not any(f.evidence.get("off_the_lambda_returns") for f in fell.findings)
+    # a critic that once explained 0.8 of the variance: its error varies from state to state, which
+    # the bootstrap does not shrink, and the loss says nothing of its level
+    once = dict(common, explained_variance=[0.8 if i == 5 else 0.004 for i in range(n)])
+    fit_once = classify(ppo_history(n, value_loss=[9000.0] * n, **once), final=True)
+    assert not any(f.evidence.get("off_the_lambda_returns") for f in fit_once.findings)
+    # a critic at the returns' level, off by the targets' own noise: a loss of 2000 is 0.43 of them
+    near = classify(ppo_history(n, value_loss=[2000.0] * n, **common), final=True)
+    assert near.verdict == "healthy" and not any(f.certain for f in near.findings)
+    # the run's own lambda: at 0.8 the targets hold ~4.8 steps of reward (30), and a loss of 9000
+    # is 3 of them (off); at 1.0 the whole discounted return (614), and it is 0.15 of that
+    for lam, verdict in ((0.8, "stuck_value_loss"), (1.0, "healthy")):
+        h = ppo_history(n, value_loss=[9000.0] * n, **common)
+        h.context["gae_lambda"] = lam
+        assert classify(h, final=True).verdict == verdict, lam
 
 
 def test_a_plain_log_loss_far_over_its_episodes_square_is_rewards_scaled_up_not_a_stuck_critic():

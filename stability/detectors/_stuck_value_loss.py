@@ -204,6 +204,11 @@ class StuckValueLoss(Detector):
             causes.insert(0, _short_message(history.context, evidence))
         if clear:
             message = _off_message(*_clear_error(evidence))
+        elif evidence.get("off_the_lambda_returns"):
+            message = (
+                f"value loss has not fallen ({early:.3g} -> {late:.3g}): the critic is off the returns' level by "
+                f"about {evidence['value_error_over_lambda_return']:.2f} of it, explaining {ev:.2f} of their variance"
+            )
         elif evidence.get("ev_below_mean"):
             message = f"explained variance stays {ev:.2f}: the critic is further off its targets than their mean"
         else:
@@ -253,12 +258,6 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
-    # A critic pinned at a constant beside a policy near-deterministic over the whole window: one
-    # action everywhere makes the episodes alike, a constant at their level is a critic that fits
-    # them, and a plain log cannot tell the level. The policy's collapse is entropy_collapse's to
-    # name (a learning rate that saturated both); this finding is then a warning.
-    if pinned >= t["pinned_share"] and _deterministic_throughout(history, t, w):
-        evidence["pinned_beside_deterministic"] = True
     # A loss over relative_units_max of that square, while explained variance is not below the
     # mean's bar, cannot be in the episodes' units: a critic off by more than three times the
     # returns' whole scale explains far less than nothing of them. Its rewards reached it scaled up
@@ -267,6 +266,27 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     units = scale > 0 and math.isfinite(episode) and episode >= t["relative_units_max"] and ev > t["ev_below_mean"]
     if units:
         evidence["value_loss_units_differ"] = True
+    # PPO-style logs: the loss is against GAE's lambda-returns, which bootstrap from the critic's
+    # own values, so a critic off the returns' level by a fraction f of it logs a loss of about
+    # (f x the lambda-return scale)^2 (see _lambda_scale), far under the discounted return's
+    # square. (A critic whose error varies from state to state is not shrunk so: its loss reads
+    # as a larger f than it has.) A critic that never fit (explained variance never above ev_max
+    # at any update, so its error is mostly its level's) whose loss has not fallen, once the run
+    # has ended, is stuck where f reaches critic_error_off (the callback's critic_error bar).
+    off_level = math.nan
+    if ppo_style:
+        lam = _lambda_scale(history, w, returns)
+        off_level = math.sqrt(late) / lam if lam > 0 and math.isfinite(lam) and late >= 0 else math.nan
+        evidence["value_error_over_lambda_return"] = off_level
+    level_off = never_fit and not fell and not units and math.isfinite(off_level)
+    level_off = level_off and off_level >= t["critic_error_off"]
+    # A critic pinned at a constant beside a policy near-deterministic over the whole window: one
+    # action everywhere makes the episodes alike, a constant at their level is a critic that fits
+    # them, and a plain log cannot tell the level (where the rule above does, it decides). The
+    # policy's collapse is entropy_collapse's to name (a learning rate that saturated both); this
+    # finding is then a warning.
+    if pinned >= t["pinned_share"] and not level_off and _deterministic_throughout(history, t, w):
+        evidence["pinned_beside_deterministic"] = True
     big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"] and not units
     if ppo_style:
         # Explained variance says nothing of a critic whose loss is under relative_fit_episode of
@@ -281,9 +301,11 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
             evidence["value_loss_fits_episode_scale"] = True
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
         by_ev = not fits and (flat_critic or never_fit)
-        if by_ev and not big:
+        if level_off:
+            evidence["off_the_lambda_returns"] = True  # what decided: the message says so
+        elif by_ev and not big:
             _unsure_below_floor(episode, t, evidence)
-        return big or by_ev
+        return big or by_ev or level_off
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
     # samples), noisy around 0 when healthy. A window median of ev_below_mean or less, once the
     # run has ended: the critic's values are further from the targets than the targets' own mean
@@ -534,6 +556,24 @@ def _sparse(
         return False
     off = min(errors) >= t["critic_error_off"] and not any(r2 >= t["critic_r2_max"] for r2 in r2s)
     return True if final and off else None
+
+
+def _lambda_scale(history: History, w: int, returns: list[float]) -> float:
+    """The size of the targets a PPO-style critic that predicts 0 is fit to: GAE's lambda-returns
+    (gae_lambda from the run's context, else SB3's and CleanRL's 0.95) hold about 1 / (1 - gamma x
+    lambda) steps of reward before the critic's own value takes over, so the mean reward per step
+    summed with that discount over the episode. A critic predicting a constant c where the
+    returns' level is L is fit to targets about (L - c) / L times this size off its output: the
+    square root of its loss over this is how far off their level it is, as a fraction of it."""
+    if not returns:
+        return math.nan
+    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
+    if not lengths:
+        return math.nan
+    length = median(lengths)
+    decay = float(history.context.get("gamma", 0.99)) * float(history.context.get("gae_lambda", 0.95))
+    per_step = abs(median(returns) / length)
+    return per_step * (1 - decay**length) / (1 - decay) if decay < 1 else per_step * length
 
 
 def _discounted_scale(history: History, w: int, returns: list[float]) -> float:

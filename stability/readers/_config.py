@@ -38,7 +38,16 @@ from stability import advice, references
 from stability.readers._errors import LogReadError
 
 # SB3 keyword arguments the detectors read, with the type each must have
-_NUMBERS = ("gamma", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "learning_rate", "clip_range_vf")
+_NUMBERS = (
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "learning_rate",
+    "clip_range_vf",
+)
 _INTEGERS = ("n_steps",)
 _FLAGS = ("normalize_advantage", "use_sde")
 # numbers a config may give as a schedule string instead (then no number is read for them)
