@@ -25,8 +25,10 @@ ACROBOT_ENVS = ("acrobot", "acrobot_dict")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh57 split (the result: written before fresh56 was read and any of its runs, held out from the "
-    "time-limit episodes change and the per-step-cost bound change)",
+    "unseen": "Fresh58 split (the result: written before fresh57 was read and any of its runs, held out from the "
+    "change that reads a PPO-style plain log's value loss against the lambda-returns' size)",
+    "fresh57": "Fresh57 split (held out from the time-limit episodes change and the per-step-cost bound change; "
+    "written before the lambda-returns change, not in view for it)",
     "fresh56": "Fresh56 split (held out from the time-limit episodes change, no verdict moved; the per-step-cost "
     "bound change was made with it in view: in-sample now)",
     "fresh55": "Fresh55 split (held out from the slow-learner drift change and, a second time, from the change that "
@@ -138,7 +140,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Fifty-nine splits scored, each fixed by case before its "
+        "Sixty splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -247,10 +249,13 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "spares it a mid-run dead verdict) was made with fresh41 to fresh54 in view and held out by fresh55 "
         "(CartPole-v1 cut at 2000 steps with noisy rewards; no verdict moved). The next (episodes that all ran "
         "out the time limit need two, not ten, to call a reward constant) was made with fresh55 in view and "
-        "held out by fresh56 (Acrobot-v1 cut at 700 steps with noisy rewards; no verdict moved). The last (an "
+        "held out by fresh56 (Acrobot-v1 cut at 700 steps with noisy rewards; no verdict moved). The next (an "
         "env that charges a steady cost per step until the episode ends is bounded by 0, which stands for the "
-        "reference) was made with fresh50 and fresh56 in view; **fresh57 (Acrobot-v1 cut at 1500 steps, written "
-        "before fresh56 was scored, before both changes and before any of its runs) held out both and is the "
+        "reference) was made with fresh50 and fresh56 in view; fresh57 (Acrobot-v1 cut at 1500 steps, written "
+        "before fresh56 was scored, before both changes and before any of its runs) held out both. The last "
+        "(from a PPO-style plain log, a critic that never fit whose value loss is the lambda-returns' own size "
+        "is stuck) was made with fresh47 and fresh51 in view; **fresh58 (Pendulum-v1 cut at 150 steps with "
+        "noisy rewards, written before fresh57 was scored and before any of its runs) held it out and is the "
         "result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
