@@ -565,15 +565,9 @@ def _lambda_scale(history: History, w: int, returns: list[float]) -> float:
     summed with that discount over the episode. A critic predicting a constant c where the
     returns' level is L is fit to targets about (L - c) / L times this size off its output: the
     square root of its loss over this is how far off their level it is, as a fraction of it."""
-    if not returns:
-        return math.nan
-    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
-    if not lengths:
-        return math.nan
-    length = median(lengths)
     decay = float(history.context.get("gamma", 0.99)) * float(history.context.get("gae_lambda", 0.95))
-    per_step = abs(median(returns) / length)
-    return per_step * (1 - decay**length) / (1 - decay) if decay < 1 else per_step * length
+    size = _reward_sum(history, w, returns, decay)
+    return math.nan if size is None else size
 
 
 def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
@@ -581,15 +575,22 @@ def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
     (the window's finite episode ``returns`` / their length) summed over the episode with the
     discount (gamma from the run's context, else 0.99). The targets' scale when rewards reach the
     critic as the env paid them; not when they reach it normalised (on Pendulum it then overstates
-    them)."""
+    them). Without episode lengths, the episodes' whole return."""
     if not returns:
         return math.nan
-    total = median(returns)
+    size = _reward_sum(history, w, returns, float(history.context.get("gamma", 0.99)))
+    return abs(median(returns)) if size is None else size
+
+
+def _reward_sum(history: History, w: int, returns: list[float], decay: float) -> float | None:
+    """The window's mean reward per step (the median episode return over the median episode
+    length) summed over an episode of that length with ``decay`` a step; None without returns or
+    logged lengths."""
     lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
-    if not lengths:
-        return abs(total)
-    length, gamma = median(lengths), float(history.context.get("gamma", 0.99))
-    return abs(total / length) * (1 - gamma**length) / (1 - gamma) if gamma < 1 else abs(total)
+    if not returns or not lengths:
+        return None
+    total, length = median(returns), median(lengths)
+    return abs(total / length) * (1 - decay**length) / (1 - decay) if decay < 1 else abs(total)
 
 
 def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
