@@ -37,7 +37,17 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   the critic's targets are on another scale than the episodes' returns: rewards scaled down);
 - for A2C-style logs (no approx_kl: each explained variance is one short rollout's, noisy around
   0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
-  critic's values further from its targets than their own mean).
+  critic's values further from its targets than their own mean);
+- once the run has ended, a loss that has not fallen, from a critic that has not fit (explained
+  variance never above ``ev_max`` at any update of a PPO-style log; at or under it in the window's
+  median of an A2C-style one), whose square root is at least ``critic_error_off`` of the size of
+  its own targets: GAE's lambda-returns (A2C's n-step returns) bootstrap from the critic, so a
+  critic that never learnt the returns' level is fit to targets of a few steps of reward (about
+  17 for PPO's defaults, 3.3 for A2C's 5-step rollouts) and logs a loss near their square, far
+  under the discounted return's square. The rule says how far off that level it is, as a
+  fraction of it (see ``_lambda_scale``). Only where every episode of the window lasted one
+  length (a time limit, which SB3 bootstraps): episodes that end by failure drop their last
+  targets to the rewards left, an error of the level's size for a critic at that level.
 
 A loss of at least ``relative_units_max`` times that square, with explained variance above
 ``ev_below_mean``, is not in the episodes' units: in them, the critic would be off by more than
@@ -266,26 +276,37 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     units = scale > 0 and math.isfinite(episode) and episode >= t["relative_units_max"] and ev > t["ev_below_mean"]
     if units:
         evidence["value_loss_units_differ"] = True
-    # PPO-style logs: the loss is against GAE's lambda-returns, which bootstrap from the critic's
-    # own values, so a critic off the returns' level by a fraction f of it logs a loss of about
-    # (f x the lambda-return scale)^2 (see _lambda_scale), far under the discounted return's
+    # The loss is against GAE's lambda-returns (A2C's n-step returns), which bootstrap from the
+    # critic's own values, so a critic off the returns' level by a fraction f of it logs a loss of
+    # about (f x the lambda-return scale)^2 (see _lambda_scale), far under the discounted return's
     # square. (A critic whose error varies from state to state is not shrunk so: its loss reads
-    # as a larger f than it has.) A critic that never fit (explained variance never above ev_max
-    # at any update, so its error is mostly its level's) whose loss has not fallen, once the run
-    # has ended, is stuck where f reaches critic_error_off (the callback's critic_error bar).
-    off_level = math.nan
-    if ppo_style:
-        lam = _lambda_scale(history, w, returns)
-        off_level = math.sqrt(late) / lam if lam > 0 and math.isfinite(lam) and late >= 0 else math.nan
-        evidence["value_error_over_lambda_return"] = off_level
-    level_off = never_fit and not fell and not units and math.isfinite(off_level)
+    # as a larger f than it has.) Once the run has ended, a critic that has not fit (explained
+    # variance never above ev_max at any update of a PPO-style log; at or under it in the median
+    # of an A2C-style log's last window, whose every value is one short rollout's), whose loss has
+    # not fallen, is stuck where f reaches critic_error_off (the callback's critic_error bar).
+    # Only where every episode of the window lasted one length (a time limit, at which SB3
+    # bootstraps): an episode that ends by failure drops its last targets to the rewards left,
+    # an error of the level's own size for a critic at that level that cannot foresee the end:
+    # healthy CartPole A2C critics read 0.8-1.9 off, as stuck ones do.
+    lam = _lambda_scale(history, w, returns, ppo_style)
+    off_level = math.sqrt(late) / lam if lam > 0 and math.isfinite(lam) and late >= 0 else math.nan
+    evidence["value_error_over_lambda_return"] = off_level
+    unfit = never_fit if ppo_style else final and ev <= t["ev_max"]
+    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
+    one_length = bool(lengths) and max(lengths) <= 1.01 * min(lengths)
+    level_off = unfit and one_length and not fell and not units and math.isfinite(off_level)
     level_off = level_off and off_level >= t["critic_error_off"]
+    if level_off:
+        evidence["off_the_lambda_returns"] = True  # what decided: the message says so
     # A critic pinned at a constant beside a policy near-deterministic over the whole window: one
     # action everywhere makes the episodes alike, a constant at their level is a critic that fits
-    # them, and a plain log cannot tell the level (where the rule above does, it decides). The
-    # policy's collapse is entropy_collapse's to name (a learning rate that saturated both); this
-    # finding is then a warning.
-    if pinned >= t["pinned_share"] and not level_off and _deterministic_throughout(history, t, w):
+    # them, and a plain log cannot tell the level (where the rule above does, it decides; not from
+    # an A2C-style log: one action everywhere may fail at one step every episode, one length that
+    # is no time limit, and a constant critic at its 5-step targets' mean then logs a loss of
+    # their own size from the steps before each end). The policy's collapse is entropy_collapse's
+    # to name (a learning rate that saturated both); this finding is then a warning.
+    decided = level_off and ppo_style
+    if pinned >= t["pinned_share"] and not decided and _deterministic_throughout(history, t, w):
         evidence["pinned_beside_deterministic"] = True
     big = not fell and math.isfinite(episode) and episode >= t["relative_floor_episode"] and not units
     if ppo_style:
@@ -301,9 +322,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
             evidence["value_loss_fits_episode_scale"] = True
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
         by_ev = not fits and (flat_critic or never_fit)
-        if level_off:
-            evidence["off_the_lambda_returns"] = True  # what decided: the message says so
-        elif by_ev and not big:
+        if by_ev and not big and not level_off:
             _unsure_below_floor(episode, t, evidence)
         return big or by_ev or level_off
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
@@ -312,13 +331,17 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     # is. (Pinned at 0 is not read: a constant critic at the returns' level is one the label
     # calls fit, and a plain log cannot tell its level; see conf/stability.yaml.)
     worse_than_mean = final and ev <= t["ev_below_mean"]
-    if worse_than_mean and not big:
+    if worse_than_mean and not big and not level_off:
         evidence["ev_below_mean"] = True  # what decided: the message says so
         _unsure_below_floor(episode, t, evidence)
-    return big or worse_than_mean
+    return big or worse_than_mean or level_off
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
+# (gae_lambda, n_steps) where a plain log gives neither: SB3's defaults for PPO-style logs (those
+# with approx_kl: PPO, RecurrentPPO, CleanRL's PPO) and for the others (A2C)
+_PPO_ROLLOUT = (0.95, 2048)
+_A2C_ROLLOUT = (1.0, 5)
 NO_REFERENCE = (
     "the returns rose, and no reference return is known to tell how far: if this run's policy did "
     "learn, its critic only lags it (a warning); give the env's return when solved to tell "
@@ -558,16 +581,27 @@ def _sparse(
     return True if final and off else None
 
 
-def _lambda_scale(history: History, w: int, returns: list[float]) -> float:
-    """The size of the targets a PPO-style critic that predicts 0 is fit to: GAE's lambda-returns
-    (gae_lambda from the run's context, else SB3's and CleanRL's 0.95) hold about 1 / (1 - gamma x
-    lambda) steps of reward before the critic's own value takes over, so the mean reward per step
-    summed with that discount over the episode. A critic predicting a constant c where the
-    returns' level is L is fit to targets about (L - c) / L times this size off its output: the
-    square root of its loss over this is how far off their level it is, as a fraction of it."""
-    decay = float(history.context.get("gamma", 0.99)) * float(history.context.get("gae_lambda", 0.95))
-    size = _reward_sum(history, w, returns, decay)
-    return math.nan if size is None else size
+def _lambda_scale(history: History, w: int, returns: list[float], ppo_style: bool) -> float:
+    """The size of the targets an on-policy critic that predicts 0 is fit to: GAE's lambda-returns
+    (A2C's n-step returns are the case lambda = 1) hold the rewards of the steps left in the
+    rollout (n_steps a rollout, at most an episode's length), each decayed by gamma x lambda,
+    before the critic's own value takes over. This is the mean reward per step summed so, as the
+    root mean square over a rollout's positions: about 1 / (1 - gamma x lambda) steps of reward for
+    a PPO rollout of thousands of steps (17 at SB3's 0.99 and 0.95), about 3 for A2C's 5-step one.
+    gae_lambda and n_steps come from the run's context, else SB3's defaults for the log's style
+    (PPO 0.95 and 2048; A2C 1.0 and 5). A critic predicting a constant c where the returns' level
+    is L is fit to targets about (L - c) / L times this size off its output: the square root of its
+    loss over this is how far off their level it is, as a fraction of it."""
+    lam_default, steps_default = _PPO_ROLLOUT if ppo_style else _A2C_ROLLOUT
+    decay = float(history.context.get("gamma", 0.99)) * float(history.context.get("gae_lambda", lam_default))
+    steps = int(history.context.get("n_steps", steps_default))
+    rate = _reward_rate(history, w, returns)
+    if rate is None or steps < 1:
+        return math.nan
+    per_step, length = rate
+    left = np.minimum(np.arange(steps, 0, -1), length)  # steps left to the rollout's end (or episode's)
+    sums = (1 - decay**left) / (1 - decay) if decay < 1 else left
+    return per_step * float(np.sqrt(np.mean(sums**2)))
 
 
 def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
@@ -578,19 +612,22 @@ def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
     them). Without episode lengths, the episodes' whole return."""
     if not returns:
         return math.nan
-    size = _reward_sum(history, w, returns, float(history.context.get("gamma", 0.99)))
-    return abs(median(returns)) if size is None else size
+    rate = _reward_rate(history, w, returns)
+    if rate is None:
+        return abs(median(returns))
+    gamma = float(history.context.get("gamma", 0.99))
+    per_step, length = rate
+    return per_step * (1 - gamma**length) / (1 - gamma) if gamma < 1 else per_step * length
 
 
-def _reward_sum(history: History, w: int, returns: list[float], decay: float) -> float | None:
+def _reward_rate(history: History, w: int, returns: list[float]) -> tuple[float, float] | None:
     """The window's mean reward per step (the median episode return over the median episode
-    length) summed over an episode of that length with ``decay`` a step; None without returns or
-    logged lengths."""
+    length, in size) and that length; None without returns or logged lengths."""
     lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
     if not returns or not lengths:
         return None
-    total, length = median(returns), median(lengths)
-    return abs(total / length) * (1 - decay**length) / (1 - decay) if decay < 1 else abs(total)
+    length = median(lengths)
+    return abs(median(returns) / length), length
 
 
 def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
