@@ -98,6 +98,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "critic_records": 3,
         "critic_records_sparse": 2,
         "value_clip_tiny": 0.01,
+        "vf_coef_untrained": 1.0e-4,
         "weight_decay": 0.01,
         "return_scale": 100.0,
         "value_head_std_max": 0.5,

@@ -510,6 +510,40 @@ def test_a_plain_a2c_log_whose_loss_is_its_n_step_returns_own_size_is_a_critic_o
     assert not any(f.evidence.get("off_the_lambda_returns") for f in ended.findings)
 
 
+def test_a_critic_whose_vf_coef_is_almost_zero_is_untrained_whatever_its_loss_does():
+    """A plain A2C-style log read with its config: vf_coef 6e-7 leaves the critic's loss out of the
+    gradient. Rewards normalised before the critic put its loss (~0.5) in other units than the
+    episodes' (-1200), under every rule on the loss, and its falling says nothing (the targets
+    moved). Explained variance ~0 at the end: stuck, certain; with SB3's vf_coef 0.5 the same log
+    is no finding of this rule, and before the end it is no certain one."""
+    n = 40
+
+    def log(vf_coef: float) -> History:
+        h = H(total_steps=n * 500)
+        for i in range(n):
+            h.add(
+                500 * (i + 1),
+                {
+                    "entropy": 1.4 - 0.005 * i,
+                    "value_loss": 1.0 * 0.98**i,
+                    "explained_variance": 0.02 * math.sin(i),
+                    "pg_loss": -0.01,
+                    "learning_rate": 7e-4,
+                    "ep_return": -1200.0 + 30 * math.sin(i),
+                    "ep_length": 200.0,
+                },
+            )
+        h.context["vf_coef"] = vf_coef
+        return h
+
+    stuck = classify(log(6e-7), final=True)
+    assert stuck.verdict == "stuck_value_loss" and stuck.findings[0].certain
+    assert stuck.findings[0].summary.startswith("vf_coef 6e-07 leaves the critic untrained")
+    assert {"vf_coef": 0.5} in [p["patch"] for p in stuck.findings[0].patches]
+    assert classify(log(0.5), final=True).verdict == "healthy"
+    assert not any(f.certain for f in classify(log(6e-7), final=False).findings)
+
+
 def test_a_plain_log_loss_far_over_its_episodes_square_is_rewards_scaled_up_not_a_stuck_critic():
     """A loss ~100 times the episodes' squared discounted return (~3) with explained variance ~0:
     in the episodes' units the critic would be ten times their scale off and explain far less than

@@ -48,6 +48,9 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   fraction of it (see ``_lambda_scale``). Only where every episode of the window lasted one
   length (a time limit, which SB3 bootstraps): episodes that end by failure drop their last
   targets to the rewards left, an error of the level's size for a critic at that level.
+- once the run has ended, a ``vf_coef`` under ``vf_coef_untrained`` in the run's context (the
+  model's, or the config given to diagnose): the critic's loss barely reaches the gradient, so
+  the critic is not trained, and its loss moves with its targets alone.
 
 A loss of at least ``relative_units_max`` times that square, with explained variance above
 ``ev_below_mean``, is not in the episodes' units: in them, the critic would be off by more than
@@ -214,6 +217,11 @@ class StuckValueLoss(Detector):
             causes.insert(0, _short_message(history.context, evidence))
         if clear:
             message = _off_message(*_clear_error(evidence))
+        elif evidence.get("critic_not_trained"):
+            message = (
+                f"vf_coef {history.context['vf_coef']:g} leaves the critic untrained: it explains {ev:.2f} of its "
+                f"targets' variance (value loss {early:.3g} -> {late:.3g})"
+            )
         elif evidence.get("off_the_lambda_returns"):
             message = (
                 f"value loss has not fallen ({early:.3g} -> {late:.3g}): the critic is off the returns' level by "
@@ -264,6 +272,14 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     returns = [v for v in history.values("ep_return")[-w:] if math.isfinite(v)]  # the window's episodes
     if ev > t["ev_max"] or _paid_nothing(returns):
         return False
+    # A vf_coef under vf_coef_untrained (the run's own, from the model or the config given to
+    # diagnose) scales the critic's loss in the gradient to nothing: the critic is not trained, and
+    # one that explains at most ev_max of its targets' variance once the run has ended has not fit
+    # them. Its loss rises or falls with the targets alone, and its scale is not read here.
+    vf = history.context.get("vf_coef")
+    untrained = final and isinstance(vf, (int, float)) and vf < t["vf_coef_untrained"]
+    if untrained:
+        evidence["critic_not_trained"] = True  # what decided: the message says so
     scale = _discounted_scale(history, w, returns)
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
@@ -322,19 +338,19 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
             evidence["value_loss_fits_episode_scale"] = True
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
         by_ev = not fits and (flat_critic or never_fit)
-        if by_ev and not big and not level_off:
+        if by_ev and not big and not level_off and not untrained:
             _unsure_below_floor(episode, t, evidence)
-        return big or by_ev or level_off
+        return big or by_ev or level_off or untrained
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
     # samples), noisy around 0 when healthy. A window median of ev_below_mean or less, once the
     # run has ended: the critic's values are further from the targets than the targets' own mean
     # is. (Pinned at 0 is not read: a constant critic at the returns' level is one the label
     # calls fit, and a plain log cannot tell its level; see conf/stability.yaml.)
     worse_than_mean = final and ev <= t["ev_below_mean"]
-    if worse_than_mean and not big and not level_off:
+    if worse_than_mean and not big and not level_off and not untrained:
         evidence["ev_below_mean"] = True  # what decided: the message says so
         _unsure_below_floor(episode, t, evidence)
-    return big or worse_than_mean or level_off
+    return big or worse_than_mean or level_off or untrained
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
