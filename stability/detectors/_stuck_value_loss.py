@@ -354,10 +354,6 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
-# (gae_lambda, n_steps) where a plain log gives neither: SB3's defaults for PPO-style logs (those
-# with approx_kl: PPO, RecurrentPPO, CleanRL's PPO) and for the others (A2C)
-_PPO_ROLLOUT = (0.95, 2048)
-_A2C_ROLLOUT = (1.0, 5)
 NO_REFERENCE = (
     "the returns rose, and no reference return is known to tell how far: if this run's policy did "
     "learn, its critic only lags it (a warning); give the env's return when solved to tell "
@@ -595,6 +591,12 @@ def _sparse(
         return False
     off = min(errors) >= t["critic_error_off"] and not any(r2 >= t["critic_r2_max"] for r2 in r2s)
     return True if final and off else None
+
+
+# (gae_lambda, n_steps) where a plain log gives neither: SB3's defaults for PPO-style logs (those
+# with approx_kl: PPO, RecurrentPPO, CleanRL's PPO) and for the others (A2C)
+_PPO_ROLLOUT = (0.95, 2048)
+_A2C_ROLLOUT = (1.0, 5)
 
 
 def _lambda_scale(history: History, w: int, returns: list[float], ppo_style: bool) -> float:
