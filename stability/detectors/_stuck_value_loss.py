@@ -280,7 +280,9 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     untrained = final and isinstance(vf, (int, float)) and vf < t["vf_coef_untrained"]
     if untrained:
         evidence["critic_not_trained"] = True  # what decided: the message says so
-    scale = _discounted_scale(history, w, returns)
+    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]  # the same episodes
+    rate = _reward_rate(returns, lengths)
+    scale = _discounted_scale(history, returns, rate)
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
@@ -304,11 +306,10 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     # bootstraps): an episode that ends by failure drops its last targets to the rewards left,
     # an error of the level's own size for a critic at that level that cannot foresee the end:
     # healthy CartPole A2C critics read 0.8-1.9 off, as stuck ones do.
-    lam = _lambda_scale(history, w, returns, ppo_style)
+    lam = _lambda_scale(history, rate, ppo_style)
     off_level = math.sqrt(late) / lam if lam > 0 and math.isfinite(lam) and late >= 0 else math.nan
     evidence["value_error_over_lambda_return"] = off_level
     unfit = never_fit if ppo_style else final and ev <= t["ev_max"]
-    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
     one_length = bool(lengths) and max(lengths) <= 1.01 * min(lengths)
     level_off = unfit and one_length and not fell and not units and math.isfinite(off_level)
     level_off = level_off and off_level >= t["critic_error_off"]
@@ -599,7 +600,7 @@ _PPO_ROLLOUT = (0.95, 2048)
 _A2C_ROLLOUT = (1.0, 5)
 
 
-def _lambda_scale(history: History, w: int, returns: list[float], ppo_style: bool) -> float:
+def _lambda_scale(history: History, rate: tuple[float, float] | None, ppo_style: bool) -> float:
     """The size of the targets an on-policy critic that predicts 0 is fit to: GAE's lambda-returns
     (A2C's n-step returns are the case lambda = 1) hold the rewards of the steps left in the
     rollout (n_steps a rollout, at most an episode's length), each decayed by gamma x lambda,
@@ -609,11 +610,11 @@ def _lambda_scale(history: History, w: int, returns: list[float], ppo_style: boo
     gae_lambda and n_steps come from the run's context, else SB3's defaults for the log's style
     (PPO 0.95 and 2048; A2C 1.0 and 5). A critic predicting a constant c where the returns' level
     is L is fit to targets about (L - c) / L times this size off its output: the square root of its
-    loss over this is how far off their level it is, as a fraction of it."""
+    loss over this is how far off their level it is, as a fraction of it. ``rate`` is the window's
+    (see _reward_rate)."""
     lam_default, steps_default = _PPO_ROLLOUT if ppo_style else _A2C_ROLLOUT
     decay = float(history.context.get("gamma", 0.99)) * float(history.context.get("gae_lambda", lam_default))
     steps = int(history.context.get("n_steps", steps_default))
-    rate = _reward_rate(history, w, returns)
     if rate is None or steps < 1:
         return math.nan
     per_step, length = rate
@@ -622,15 +623,14 @@ def _lambda_scale(history: History, w: int, returns: list[float], ppo_style: boo
     return per_step * float(np.sqrt(np.mean(sums**2)))
 
 
-def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
+def _discounted_scale(history: History, returns: list[float], rate: tuple[float, float] | None) -> float:
     """The size of the critic's targets estimated from a plain log: the mean reward per step
     (the window's finite episode ``returns`` / their length) summed over the episode with the
     discount (gamma from the run's context, else 0.99). The targets' scale when rewards reach the
     critic as the env paid them; not when they reach it normalised (on Pendulum it then overstates
-    them). Without episode lengths, the episodes' whole return."""
+    them). Without episode lengths (``rate`` None, see _reward_rate), the episodes' whole return."""
     if not returns:
         return math.nan
-    rate = _reward_rate(history, w, returns)
     if rate is None:
         return abs(median(returns))
     gamma = float(history.context.get("gamma", 0.99))
@@ -638,10 +638,9 @@ def _discounted_scale(history: History, w: int, returns: list[float]) -> float:
     return per_step * (1 - gamma**length) / (1 - gamma) if gamma < 1 else per_step * length
 
 
-def _reward_rate(history: History, w: int, returns: list[float]) -> tuple[float, float] | None:
-    """The window's mean reward per step (the median episode return over the median episode
-    length, in size) and that length; None without returns or logged lengths."""
-    lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]
+def _reward_rate(returns: list[float], lengths: list[float]) -> tuple[float, float] | None:
+    """The window's mean reward per step (the median of its episodes' ``returns`` over the median
+    of their ``lengths``, in size) and that length; None without returns or logged lengths."""
     if not returns or not lengths:
         return None
     length = median(lengths)
