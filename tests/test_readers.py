@@ -397,6 +397,7 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     assert context_from_hyperparams({"normalize": False}) == {"norm_obs": False, "norm_reward": False}
     assert context_from_hyperparams({"max_grad_norm": "off"})["max_grad_norm"] == math.inf  # no clipping
     assert context_from_hyperparams({"clip_range_vf": 3e-5})["clip_range_vf"] == 3e-5  # PPO's value clip
+    assert context_from_hyperparams({"reward_scale": 270})["reward_scale"] == 270.0  # rlsweep's knob
     assert "clip_range_vf" not in context_from_hyperparams({"clip_range_vf": "lin_0.1"})  # a schedule: no number
     # an optimizer class named without its weight decay has torch's default: AdamW's is 0.01
     adamw = context_from_hyperparams({"algo": "ppo", "policy_kwargs": "dict(optimizer_class=th.optim.AdamW)"})
@@ -438,6 +439,8 @@ def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) ->
         ("n_steps: 8\npolicy_kwargs: dict(net_arch=[64\n", "policy_kwargs is"),
         ("CartPole-v1: {n_steps: 8}\nPendulum-v1: {n_steps: 8}\n", "2 env entries (CartPole-v1, Pendulum-v1)"),
         ("algo: reinforce\ngamma: 0.99\n", "unknown algorithm 'reinforce'"),
+        ("n_steps: 8\nreward_scale: big\n", "reward_scale is 'big'; it must be a finite number"),
+        ("n_steps: 8\nreward_scale: 0\n", "reward_scale is 0.0; it must be a positive number"),
     ],
 )
 def test_bad_configs_are_refused_naming_file_and_key(tmp_path: Path, text: str, where: str) -> None:

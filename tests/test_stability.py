@@ -464,6 +464,37 @@ def test_a_plain_ppo_log_whose_loss_is_the_lambda_returns_own_size_is_a_critic_o
         assert classify(h, final=True).verdict == verdict, lam
 
 
+def test_a_config_reward_scale_puts_the_critics_targets_in_its_units():
+    """The Pendulum-like log above with rewards x270 before the algorithm (rlsweep's reward_scale),
+    after the episode recorder: the logged returns stay the env's, the loss is 270^2 times larger.
+    Read alone, the loss is ~1e4 of the episodes' squared discounted return, not in their units, and
+    explained variance alone gives a warning; with the config's reward_scale, the targets are read
+    in the critic's units, 0.9 off their level: stuck, naming the scale. Rewards normalised after it
+    put the targets in neither unit, and the scale is not read."""
+    n = 24
+    common = dict(
+        explained_variance=[0.004 + 0.002 * math.sin(i) for i in range(n)],
+        ep_return=[-2500.0 + 40 * math.sin(i) for i in range(n)],
+        ep_length=[400.0] * n,
+    )
+
+    def log(**context: Any) -> History:
+        h = ppo_history(n, value_loss=[9000.0 * 270**2 + 3e7 * math.sin(i) for i in range(n)], **common)
+        h.context.update(context)
+        return h
+
+    alone = classify(log(), final=True)
+    assert alone.verdict == "healthy" and alone.findings[0].evidence["value_loss_units_differ"]
+    scaled = classify(log(reward_scale=270.0), final=True)
+    assert scaled.verdict == "stuck_value_loss"
+    finding = scaled.findings[0]
+    assert finding.certain and finding.evidence["value_error_over_lambda_return"] == pytest.approx(0.9, abs=0.03)
+    assert any(c.startswith("reward_scale 270 makes returns of scale") for c in finding.causes)
+    assert {"normalize": {"reward": True}} in [p["patch"] for p in finding.patches]
+    normalised = classify(log(reward_scale=270.0, norm_reward=True), final=True)
+    assert normalised.verdict == "healthy" and "reward_scale_read" not in normalised.findings[0].evidence
+
+
 def test_a_plain_a2c_log_whose_loss_is_its_n_step_returns_own_size_is_a_critic_off_their_level():
     """Pendulum-like episodes (-2500 over 400 steps) from an A2C-style log (no approx_kl): its
     5-step returns bootstrap from the critic after at most 5 rewards, so a critic that never learnt

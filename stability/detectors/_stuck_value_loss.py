@@ -52,6 +52,11 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
   model's, or the config given to diagnose): the critic's loss barely reaches the gradient, so
   the critic is not trained, and its loss moves with its targets alone.
 
+The episodes' returns are the env's rewards. Where the run's context gives a ``reward_scale`` (a
+config given to diagnose: rlsweep's knob, which multiplies every reward before the algorithm sees
+it) and its rewards are not normalised, the critic's targets are that many times the episodes'
+scale, and each size above (per-step reward, discounted return, lambda-returns) is read so.
+
 A loss of at least ``relative_units_max`` times that square, with explained variance above
 ``ev_below_mean``, is not in the episodes' units: in them, the critic would be off by more than
 three times the returns' whole scale and explain far less than nothing of them. Its rewards were
@@ -281,8 +286,14 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     if untrained:
         evidence["critic_not_trained"] = True  # what decided: the message says so
     lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]  # the same episodes
+    paid = _target_units(history.context)
+    if paid != 1.0:
+        evidence["reward_scale_read"] = paid
+        returns = [v * paid for v in returns]  # in the critic's targets' units
     rate = _reward_rate(returns, lengths)
     scale = _discounted_scale(history, returns, rate)
+    if paid != 1.0:
+        evidence["scaled_return_scale"] = scale  # what _causes names
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
@@ -638,6 +649,17 @@ def _discounted_scale(history: History, returns: list[float], rate: tuple[float,
     return per_step * (1 - gamma**length) / (1 - gamma) if gamma < 1 else per_step * length
 
 
+def _target_units(ctx: dict[str, Any]) -> float:
+    """What the critic's targets are per unit of the episodes' logged return: the context's
+    ``reward_scale`` (rlsweep's knob multiplies the rewards after the episode recorder and before
+    the algorithm), where it is a positive finite number and the rewards are not normalised (then
+    the targets are in neither unit, as without the knob); 1 otherwise."""
+    scale = ctx.get("reward_scale")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or ctx.get("norm_reward"):
+        return 1.0
+    return float(scale) if math.isfinite(scale) and scale > 0 else 1.0
+
+
 def _reward_rate(returns: list[float], lengths: list[float]) -> tuple[float, float] | None:
     """The window's mean reward per step (the median of its episodes' ``returns`` over the median
     of their ``lengths``, in size) and that length; None without returns or logged lengths."""
@@ -665,6 +687,10 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tu
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)
         causes.append(f"returns of scale {median(rms):.3g} reach the critic unnormalised")
+        patches.append(advice.make(ctx, "normalize", {"reward": True}, "bring the returns the critic fits near 1"))
+    elif evidence.get("scaled_return_scale", 0.0) > t["return_scale"]:  # the config's reward_scale made them so
+        scaled = evidence["scaled_return_scale"]
+        causes.append(f"reward_scale {ctx['reward_scale']:g} makes returns of scale {scaled:.3g} reach the critic")
         patches.append(advice.make(ctx, "normalize", {"reward": True}, "bring the returns the critic fits near 1"))
     vf = ctx.get("vf_coef")
     if isinstance(vf, (int, float)) and vf < 0.05:

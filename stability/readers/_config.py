@@ -11,9 +11,9 @@ as a cause, and its advice may repeat a value the run already had (SB3's ``max_g
   of an rl-zoo3 hyperparameter file (``CartPole-v1: {...}``), or any YAML mapping of SB3
   keyword arguments, with rl-zoo3's spellings (``policy_kwargs`` as a ``"dict(...)"`` string,
   ``normalize`` as a bool, a mapping or a string of one) and rlsweep's (``normalize: {obs,
-  reward}``, ``weight_decay``). Where the algorithm is known (an ``algo`` key or ``--algo``),
-  the algorithm's own defaults stand for the keys the file leaves out: rl-zoo3 writes only what
-  differs from them.
+  reward}``, ``weight_decay``, ``reward_scale``). Where the algorithm is known (an ``algo`` key
+  or ``--algo``), the algorithm's own defaults stand for the keys the file leaves out: rl-zoo3
+  writes only what differs from them.
 
 Every problem raises :class:`LogReadError` with one paragraph naming the file, the key and what
 is allowed.
@@ -146,6 +146,11 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
         ctx["weight_decay"] = float(config["weight_decay"])  # rlsweep's knob
     if isinstance(config.get("optimizer"), str):
         ctx["optimizer"] = config["optimizer"]  # rlsweep's knob, as written
+    if config.get("reward_scale") is not None:  # rlsweep's knob: every reward x this before the algorithm
+        scale = _typed(config["reward_scale"], "reward_scale", where)
+        if not scale > 0:
+            raise LogReadError(f"{where}: reward_scale is {scale!r}; it must be a positive number", source=where)
+        ctx["reward_scale"] = scale
     return ctx
 
 
