@@ -63,6 +63,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "std_never_moved_max": 1.0e-4,
         "weights_shrunk": 0.1,
         "shrunk_std_drift_max": 0.1,
+        "weight_decay_pins": 0.1,
         "lr_min_fraction": 0.05,
         "override_fraction": 0.5,
         "weight_decay": 0.01,

@@ -578,6 +578,42 @@ def test_a_frozen_policy_whose_weights_shrank_tenfold_is_dead_where_the_norm_is_
     assert "dead_policy_gradient" not in _kinds(ppo)
 
 
+def test_a_plain_a2c_log_read_with_a_config_whose_weight_decay_pins_the_weights_is_dead():
+    """The same A2C Gaussian without the callback's weights' norm (a plain log): its config's weight
+    decay of 0.5 through RMSprop stands for the norm (each step pulls a weight about the learning
+    rate towards 0), beside a std that jitters 3.5% about its first value. Not a decay under
+    weight_decay_pins, nor AdamW's decoupled decay, nor an unknown optimizer, nor a std that moved
+    by a quarter; not a PPO-style log either, whose approx_kl decides."""
+    n = 100
+    jitter = [1.0 + 0.035 * (0, 1, -1, 0)[i % 4] for i in range(n)]
+    entropy = [1.4189 + math.log(s) for s in jitter]
+
+    def plain(std: list[float] = jitter, **context: object) -> History:
+        h = _a2c_history([1.4189 + math.log(s) for s in std], continuous=True, std=std)
+        h.context.update(context)
+        return h
+
+    assert "dead_policy_gradient" not in _kinds(plain())  # the config unknown: nothing says where the weights are
+    verdict = judge(plain(weight_decay=0.5, optimizer="RMSprop"))
+    assert verdict.verdict == "dead_policy_gradient"
+    dead = verdict.findings[0]
+    assert dead.certain and dead.evidence["weight_decay_pins"] == 0.5
+    assert dead.summary.endswith("a weight decay of 0.5 in RMSprop pulls its weights to about 0")
+    assert {"weight_decay": 0.0} in [p["patch"] for p in dead.patches]
+    for context in (
+        dict(weight_decay=0.003, optimizer="RMSprop"),
+        dict(weight_decay=0.5, optimizer="AdamW"),
+        dict(weight_decay=0.5),
+    ):
+        assert "dead_policy_gradient" not in _kinds(plain(**context)), context
+    falling = [1.0 - 0.0025 * i for i in range(n)]
+    assert "dead_policy_gradient" not in _kinds(plain(falling, weight_decay=0.5, optimizer="RMSprop"))
+    flat = [-600.0 + i % 3 for i in range(n)]
+    ppo = ppo_history(n, kl=1e-3, clip=0.0, entropy=entropy, ep_return=flat)
+    ppo.context.update(continuous=True, weight_decay=0.5, optimizer="Adam")
+    assert "dead_policy_gradient" not in _kinds(ppo)
+
+
 def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_updates():
     n = 40
     # an A2C-style log (no KL), gradients and value loss quiet: only the weights' own movement shows it

@@ -27,6 +27,15 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   The mirror of exploding_updates' tenfold growth. In view when it was set, only the weight-decay
   cases shrank their weights at all (to 0.04-0.12 of their start); a healthy run at a weight decay
   of 0.001 later ended at 0.84.
+  Where no norm was recorded (an A2C-style plain log read with its config), the run's own weight
+  decay stands for it: ``weight_decay_pins`` or more, through an optimizer that adds it to the
+  gradient and normalises the sum (SB3's Adam and RMSprop), pulls every weight towards 0 by about
+  the learning rate a step once the decay term outweighs the loss's gradient; AdamW's decoupled
+  decay shrinks them by only lr x decay a step, and plain SGD's likewise, so neither counts. How
+  far the weights get is the learning rate times the optimizer's steps: A2C takes one every
+  rollout of a few steps (800 in 16k env steps at SB3's defaults), enough to reach 0.1 of the
+  start; a PPO-style log has approx_kl to decide from, and a RecurrentPPO at a decay of 0.25 that
+  took 96 Adam steps kept 0.6 of its norm.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
@@ -114,7 +123,7 @@ class DeadPolicyGradient(Detector):
             movable = True
             onset = n - w
         shrunk = not dead and movable and _held(history, frozen_entropy, t, evidence)
-        shrunk = shrunk and _weights_pinned(history, w, t, evidence)
+        shrunk = shrunk and (_weights_pinned(history, w, t, evidence) or _decay_pins(history, t, evidence))
         if not (dead or shrunk) or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
         if _collapsed(history, t):  # frozen near determinism after moving there: entropy_collapse's case
@@ -131,10 +140,15 @@ class DeadPolicyGradient(Detector):
                 f"the policy has stopped changing (no KL, entropy frozen): a clip range of "
                 f"{evidence['clip_range_median']:.2g} clips every sample before it can move"
             )
-        elif shrunk:
+        elif shrunk and "weights_norm_over_start" in evidence:
             summary = (
                 f"the policy has stayed where it started while lr > 0: its weights were pulled to "
                 f"{evidence['weights_norm_over_start']:.2g} of their norm at the start"
+            )
+        elif shrunk:
+            summary = (
+                f"the policy has stayed where it started while lr > 0: a weight decay of "
+                f"{evidence['weight_decay_pins']:g} in {history.context['optimizer']} pulls its weights to about 0"
             )
         elif history.has("approx_kl"):
             summary = "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
@@ -271,6 +285,25 @@ def _weights_pinned(history: History, w: int, t: dict[str, Any], evidence: dict[
     return ratio <= t["weights_shrunk"]
 
 
+_ADAPTIVE = frozenset({"adam", "rmsprop"})  # coupled L2 decay, normalised with the gradient
+
+
+def _decay_pins(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """Where the weights' norm was not recorded, from an A2C-style log: the context's weight decay
+    at ``weight_decay_pins`` or more, through Adam or RMSprop (the context's optimizer; unknown is
+    not enough), pulls the network to about 0 as :func:`_weights_pinned` measures it (noted in the
+    evidence)."""
+    if history.has("param_norm") or history.has("approx_kl"):
+        return False  # measured: the norm decides; PPO-style: approx_kl does (see the module's text)
+    decay, optimizer = history.context.get("weight_decay"), history.context.get("optimizer")
+    if not isinstance(decay, (int, float)) or isinstance(decay, bool) or decay < t["weight_decay_pins"]:
+        return False
+    if str(optimizer).lower() not in _ADAPTIVE:
+        return False
+    evidence["weight_decay_pins"] = float(decay)
+    return True
+
+
 def _window_kl(history: History, w: int) -> float:
     """The window's approx_kl values summed: how far its updates moved the policy, in nats, were
     each update's move independent of the others (a policy pushed the same way every update moves
@@ -318,7 +351,7 @@ def _causes(
     causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
     ctx = history.context
-    if shrunk:
+    if shrunk and "weights_norm_over_start" in evidence:
         causes.append(
             f"the weights shrank to {evidence['weights_norm_over_start']:.2g} of their norm at the start: the "
             "network is held near 0 and computes about its first outputs"
