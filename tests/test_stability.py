@@ -448,11 +448,15 @@ def test_a_plain_ppo_log_whose_loss_is_the_lambda_returns_own_size_is_a_critic_o
     assert live.verdict == "healthy"
     fell = classify(ppo_history(n, value_loss=[30000.0 * 0.9**i for i in range(n)], **common), final=True)
     assert not any(f.evidence.get("off_the_lambda_returns") for f in fell.findings)
-    # a critic that once explained 0.8 of the variance: its error varies from state to state, which
-    # the bootstrap does not shrink, and the loss says nothing of its level
-    once = dict(common, explained_variance=[0.8 if i == 5 else 0.004 for i in range(n)])
-    fit_once = classify(ppo_history(n, value_loss=[9000.0] * n, **once), final=True)
-    assert not any(f.evidence.get("off_the_lambda_returns") for f in fit_once.findings)
+    # a critic that explained 0.8 of the variance at an update of the last window: its error varies
+    # from state to state, which the bootstrap does not shrink, and the loss says nothing of its
+    # level; one that did so only early on (an update at 5 of 24) has not fit since
+    late_fit = dict(common, explained_variance=[0.8 if i == n - 2 else 0.004 for i in range(n)])
+    fit_late = classify(ppo_history(n, value_loss=[9000.0] * n, **late_fit), final=True)
+    assert not any(f.evidence.get("off_the_lambda_returns") for f in fit_late.findings)
+    early_fit = dict(common, explained_variance=[0.8 if i == 5 else 0.004 for i in range(n)])
+    fit_early = classify(ppo_history(n, value_loss=[9000.0] * n, **early_fit), final=True)
+    assert fit_early.verdict == "stuck_value_loss" and fit_early.findings[0].evidence["off_the_lambda_returns"]
     # a critic at the returns' level, off by the targets' own noise: a loss of 2000 is 0.43 of them
     near = classify(ppo_history(n, value_loss=[2000.0] * n, **common), final=True)
     assert near.verdict == "healthy" and not any(f.certain for f in near.findings)
