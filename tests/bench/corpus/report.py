@@ -25,8 +25,15 @@ ACROBOT_ENVS = ("acrobot", "acrobot_dict")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh58 split (the result: written before fresh57 was read and any of its runs, held out from the "
-    "change that reads a PPO-style plain log's value loss against the lambda-returns' size)",
+    "unseen": "Fresh62 split (the result: written before fresh61 was read and any of its runs, held out from the "
+    "reward_scale, config weight-decay and last-window changes)",
+    "fresh61": "Fresh61 split (held out from the reward_scale and config weight-decay changes, no verdict moved; the "
+    "last-window change was made with it in view: in-sample now)",
+    "fresh60": "Fresh60 split (held out from the A2C n-step reading and the untrained-critic rule; the three changes "
+    "after them were made with it in view: in-sample now)",
+    "fresh59": "Fresh59 split (held out from the A2C n-step reading and the one-length condition: in-sample now)",
+    "fresh58": "Fresh58 split (held out from the change that reads a PPO-style plain log's value loss against the "
+    "lambda-returns' size: in-sample now)",
     "fresh57": "Fresh57 split (held out from the time-limit episodes change and the per-step-cost bound change; "
     "written before the lambda-returns change, not in view for it)",
     "fresh56": "Fresh56 split (held out from the time-limit episodes change, no verdict moved; the per-step-cost "
@@ -140,7 +147,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Sixty-two splits scored, each fixed by case before its "
+        "Sixty-four splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -260,9 +267,15 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "length) was made with fresh47, fresh51, fresh58 and the A2C runs of fresh52 and fresh53 in view; "
         "fresh59 (CartPole-v1 cut at 250 steps, reward x4 with noise, written before fresh58 was trained and "
         "before any of its runs) held it out. The last (read with the run's config, a vf_coef under 1e-4 leaves "
-        "the critic untrained) was made with fresh47, fresh51, fresh58 and fresh59 in view; **fresh60 "
+        "the critic untrained) was made with fresh47, fresh51, fresh58 and fresh59 in view; fresh60 "
         "(Pendulum-v1 cut at 300 steps, reward x0.5 with noise, written before fresh59 was scored, before both "
-        "changes and before any of its runs) held out both and is the result**; "
+        "changes and before any of its runs) held out both. The next three (a config's reward_scale puts the "
+        "critic's targets in its units; from an A2C-style log, a config's weight decay of 0.1 or more through "
+        "Adam or RMSprop stands for the weights' norm; a PPO-style critic has not fit when no update of the "
+        "last window explained over 0.2) were made with fresh60 and the splits before it in view; fresh61 "
+        "(CartPole-v1 cut at 350 steps, reward x0.5 with noise) held out the first two and **fresh62 "
+        "(Pendulum-v1 cut at 250 steps, reward x1.5 with noise, written before fresh61 was scored, before the "
+        "three changes and before any of its runs) held out all three and is the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
         "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs). "
