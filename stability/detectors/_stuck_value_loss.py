@@ -311,7 +311,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     # square. (A critic whose error varies from state to state is not shrunk so: its loss reads
     # as a larger f than it has.) Once the run has ended, a critic that has not fit (explained
     # variance at or under ev_max at every update of a PPO-style log's last window, whatever it
-    # was before: one early update at 0.21-0.23 had kept Pendulum critics 0.7-0.8 off their level
+    # was before: one early update at 0.21-0.28 had kept Pendulum critics 0.69-0.83 off their level
     # out of the rule; at or under it in the median of an A2C-style log's last window, whose every
     # value is one short rollout's), whose loss has not fallen, is stuck where f reaches
     # critic_error_off (the callback's critic_error bar).
