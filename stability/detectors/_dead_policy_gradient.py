@@ -32,10 +32,10 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   gradient and normalises the sum (SB3's Adam and RMSprop), pulls every weight towards 0 by about
   the learning rate a step once the decay term outweighs the loss's gradient; AdamW's decoupled
   decay shrinks them by only lr x decay a step, and plain SGD's likewise, so neither counts. How
-  far the weights get is the learning rate times the optimizer's steps: A2C takes one every
-  rollout of a few steps (800 in 16k env steps at SB3's defaults), enough to reach 0.1 of the
-  start; a PPO-style log has approx_kl to decide from, and a RecurrentPPO at a decay of 0.25 that
-  took 96 Adam steps kept 0.6 of its norm.
+  far the weights can get is about the learning rate times the optimizer's steps: A2C at SB3's
+  defaults steps once a rollout of 5 x n_envs steps, 7e-4 x 800 = 0.56 in 16k env steps with 4
+  envs, about its weights' own size; a RecurrentPPO at a decay of 0.25 (3e-4 x 384 = 0.12) kept
+  0.6 of its norm. A PPO-style log has approx_kl to decide from, and is left to it.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
