@@ -287,13 +287,11 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         evidence["critic_not_trained"] = True  # what decided: the message says so
     lengths = [v for v in history.values("ep_length")[-w:] if math.isfinite(v) and v > 0]  # the same episodes
     paid = _target_units(history.context)
-    if paid != 1.0:
-        evidence["reward_scale_read"] = paid
-        returns = [v * paid for v in returns]  # in the critic's targets' units
+    returns = [v * paid for v in returns]  # in the critic's targets' units (x1 without a reward_scale)
     rate = _reward_rate(returns, lengths)
     scale = _discounted_scale(history, returns, rate)
     if paid != 1.0:
-        evidence["scaled_return_scale"] = scale  # what _causes names
+        evidence.update(reward_scale_read=paid, scaled_return_scale=scale)  # _causes names the scale
     episode = late / max(scale**2, 1e-12) if math.isfinite(scale) else math.nan
     pinned = sum(abs(v) < t["ev_pinned"] for v in evs) / max(len(evs), 1)
     evidence.update(value_loss_over_episode_return_sq=episode, ev_pinned_share=pinned)
@@ -326,7 +324,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         unfit = final and max((v for v in evs if math.isfinite(v)), default=math.inf) <= t["ev_max"]
     else:
         unfit = final and ev <= t["ev_max"]
-    one_length = bool(lengths) and max(lengths) <= 1.01 * min(lengths)
+    one_length = bool(lengths) and max(lengths) <= ONE_LENGTH_SPAN * min(lengths)
     level_off = unfit and one_length and not fell and not units and math.isfinite(off_level)
     level_off = level_off and off_level >= t["critic_error_off"]
     if level_off:
@@ -371,6 +369,9 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
+# the window's longest logged episode length at most this times its shortest: every episode
+# lasted one length (a time limit), as the lambda reading needs (see _stuck_by_loss)
+ONE_LENGTH_SPAN = 1.01
 NO_REFERENCE = (
     "the returns rose, and no reference return is known to tell how far: if this run's policy did "
     "learn, its critic only lags it (a warning); give the env's return when solved to tell "
