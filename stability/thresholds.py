@@ -60,6 +60,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "grad_clip_tiny": 1.0e-3,
         "entropy_rel_change_max": 0.01,
         "actor_grad_share_max": 0.01,
+        "value_clip_tiny": 0.01,
         "std_never_moved_max": 1.0e-4,
         "weights_shrunk": 0.1,
         "shrunk_std_drift_max": 0.1,

@@ -239,6 +239,35 @@ def test_a2c_judged_without_kl():
         assert ("dead_policy_gradient" in {f.kind for f in classify(h).findings}) is dead, clipped
 
 
+def test_a_starved_actor_behind_a_tiny_value_clip_is_advised_to_remove_the_clip_first():
+    """The critic's share dominates the clipped gradient because a tiny clip_range_vf holds the
+    critic where it started (its loss stays at the returns' scale): the clip is named among the
+    causes and its removal is the first patch, before normalising rewards or a smaller vf_coef."""
+
+    def starved(**ctx: object) -> list:
+        h = H(total_steps=40 * 400, context={"max_grad_norm": 0.5, **ctx})
+        for i in range(40):
+            h.add(
+                400 * (i + 1),
+                {
+                    "pg_loss": 15.0 * (-1) ** i,
+                    "value_loss": 5e4,
+                    "explained_variance": 0.0,
+                    "entropy": 0.69,
+                    "grad_norm": 10.0,
+                    "grad_norm_actor": 1e-3,
+                },
+            )
+        return next(f for f in classify(h).findings if f.kind == "dead_policy_gradient").patches
+
+    clipped = starved(clip_range_vf=4e-5, vf_coef=0.5)
+    assert clipped[0]["patch"] == {"clip_range_vf": None}
+    assert {"vf_coef": 0.05} in [p["patch"] for p in clipped[1:]]  # still offered, after it
+    # a value clip of PPO's usual size (or none) is no cause: the patches are as before
+    for ctx in ({"clip_range_vf": 0.2}, {}):
+        assert all("clip_range_vf" not in p["patch"] for p in starved(vf_coef=0.5, **ctx))
+
+
 def test_dead_names_weight_decay_first_and_patches_it_off():
     n = 40
     flat = [20.0 + 0.5 * (i % 3) for i in range(n)]
@@ -1297,6 +1326,13 @@ def test_plain_sgd_stepping_past_its_gradient_goes_back_to_the_algorithms_own_op
     assert advice.back_to_own_optimizer(ctx | {"optimizer": "Adam"}, 55.0, "x") is None
     assert advice.back_to_own_optimizer(ctx | {"optimizer": "sgd"}, 55.0, "x") is not None  # a config's knob
     assert advice.back_to_own_optimizer({"optimizer": "SGD"}, 55.0, "x") is None  # nothing known to go back to
+    # momentum m multiplies a steady gradient's step by 1 / (1 - m): 0.32 with momentum 0.9 steps by
+    # 3.2 gradients, past the bar; the same rate without momentum (or a momentum out of [0, 1)) does not
+    heavy = advice.back_to_own_optimizer(ctx | {"momentum": 0.9}, 0.32, "x")
+    assert heavy is not None and heavy["patch"] == {"optimizer": "adam", "learning_rate": 3e-4}
+    assert "momentum 0.9" in heavy["why"] and "3.2 times" in heavy["why"]
+    for momentum in (0.0, 1.0, -0.5, True):
+        assert advice.back_to_own_optimizer(ctx | {"momentum": momentum}, 0.32, "x") is None, momentum
     # both divergence findings offer it first (nan_scale after a Gaussian's bounds, which it has not here)
     h = ppo_history(12, learning_rate=[55.0] * 12)
     h.add(13000, {"value_loss": math.nan})

@@ -404,6 +404,12 @@ def _causes(
         share = evidence["actor_grad_share"] = median(actor) / max(median(total), 1e-12)
     if share is not None and share < t["actor_grad_share_max"]:
         causes.append(f"the actor gets {share:.2%} of the gradient norm; the critic dominates the clipped total")
+        # a critic held by a tiny value clip never fits, so its loss keeps the returns' scale: the
+        # clip is why the critic's gradient dominates, and its patch comes before the others
+        clip_vf = advice.value_clip(ctx, t["value_clip_tiny"])
+        if clip_vf is not None:
+            causes.append(clip_vf[0])
+            patches.append(clip_vf[1])
         if not ctx.get("norm_reward"):
             patches.append(
                 advice.make(ctx, "normalize", {"reward": True}, "shrink the returns the critic's gradient scales with")

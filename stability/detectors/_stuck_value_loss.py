@@ -682,13 +682,10 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tu
     if decay is not None:
         causes.append(decay[0])
         patches.append(decay[1])
-    clip_vf = ctx.get("clip_range_vf")
-    if isinstance(clip_vf, (int, float)) and clip_vf < t["value_clip_tiny"]:
-        causes.append(
-            f"clip_range_vf {clip_vf:.2g}: each update may move the critic's values by at most that much "
-            "from the last rollout's"
-        )
-        patches.append(advice.make(ctx, "clip_range_vf", None, "no clip on the critic's values (SB3's default)"))
+    clip_vf = advice.value_clip(ctx, t["value_clip_tiny"])
+    if clip_vf is not None:
+        causes.append(clip_vf[0])
+        patches.append(clip_vf[1])
     rms = history.values("return_rms")
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)
