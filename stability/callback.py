@@ -760,6 +760,9 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
     if optimizer is not None:
         ctx["optimizer"] = type(optimizer).__name__
         ctx["weight_decay"] = float(optimizer.param_groups[0].get("weight_decay", 0.0))
+        momentum = optimizer.param_groups[0].get("momentum")  # SGD's and RMSprop's; Adam has betas
+        if isinstance(momentum, (int, float)) and not isinstance(momentum, bool):
+            ctx["momentum"] = float(momentum)
     for name in (
         "normalize_advantage",
         "use_sde",

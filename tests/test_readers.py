@@ -402,6 +402,10 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     # an optimizer class named without its weight decay has torch's default: AdamW's is 0.01
     adamw = context_from_hyperparams({"algo": "ppo", "policy_kwargs": "dict(optimizer_class=th.optim.AdamW)"})
     assert (adamw["optimizer"], adamw["weight_decay"]) == ("AdamW", 0.01)
+    # SGD's momentum, from optimizer_kwargs beside rlsweep's optimizer knob (it sizes SGD's step)
+    sgd = context_from_hyperparams({"optimizer": "sgd", "policy_kwargs": {"optimizer_kwargs": {"momentum": 0.9}}})
+    assert (sgd["optimizer"], sgd["momentum"]) == ("sgd", 0.9)
+    assert "momentum" not in context_from_hyperparams({"optimizer": "sgd"})
 
 
 def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from stability import StabilityCallback
+from stability.callback import _context as callback_context
 from sweeps.repro_envs import make_spiky_targets
 from tests.helpers import rlsweep, subprocess_env, tiny_spec
 
@@ -381,6 +382,7 @@ def test_optimizer_class_by_name_builds_the_model(write_spec, cli):
     model = PPO(built.policy, "CartPole-v1", device="cpu", **built.algo_kwargs)
     assert type(model.policy.optimizer).__name__ == "SGD"
     assert model.policy.optimizer.param_groups[0]["momentum"] == 0.9
+    assert callback_context(model, None)["momentum"] == 0.9  # recorded: it sizes SGD's step (see advice)
     built = knobs.build(PPO, "MlpPolicy", {"optimizer": "sgd", "learning_rate": 0.1})
     assert type(PPO(built.policy, "CartPole-v1", device="cpu", **built.algo_kwargs).policy.optimizer).__name__ == "SGD"
     spec = write_spec(tiny_spec(hyperparams={"policy_kwargs": {"optimizer_class": "Sgdd"}}))

@@ -146,6 +146,9 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
         ctx["weight_decay"] = float(config["weight_decay"])  # rlsweep's knob
     if isinstance(config.get("optimizer"), str):
         ctx["optimizer"] = config["optimizer"]  # rlsweep's knob, as written
+    momentum = options.get("momentum") if isinstance(options, Mapping) else None
+    if isinstance(momentum, (int, float)) and not isinstance(momentum, bool):
+        ctx["momentum"] = float(momentum)  # SGD's (and RMSprop's) momentum, as torch takes it
     if config.get("reward_scale") is not None:  # rlsweep's knob: every reward x this before the algorithm
         scale = _typed(config["reward_scale"], "reward_scale", where)
         if not scale > 0:
