@@ -4,7 +4,9 @@ scripted backend, and ``rlsweep repair`` end to end on the A2C nan_scale reprodu
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -562,3 +564,30 @@ def test_repair_a_handed_over_config(write_spec, cli, workdir):
     assert bad.returncode == 2 and "list.yaml" in bad.stderr and "expected a mapping" in bad.stderr
     both = cli("repair", "handed", "--spec", "sweep.yaml")
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
+    """The benchmark's summary splits the unrepaired cases by why (the env's own fault, healthy but
+    returning less, still failing) and gives the rate over the failures a knob can reach."""
+    path = Path(__file__).resolve().parent / "bench" / "repair_bench.py"
+    spec = importlib.util.spec_from_file_location("repair_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(repaired: bool, message: str, labels: list[str] | None) -> dict[str, Any]:
+        attempts = [] if labels is None else [{"labels": labels}]
+        return {"repaired": repaired, "message": message, "attempts": attempts}
+
+    rows = [
+        row(True, "repaired", ["healthy"] * 3),
+        row(False, "not repairable with knobs: the reward never varies ...; fix the env's reward", None),
+        row(False, "not repairable with knobs: ... (the env handed back non-finite values ...: fix the env)", None),
+        row(False, "no repair within 2 attempt(s)", ["healthy"] * 3),
+        row(False, "no repair within 2 attempt(s)", ["healthy", "stuck_value_loss", "healthy"]),
+        row(False, "no patch left to try: every candidate was tried", None),
+    ]
+    assert [bench.why_not(r) for r in rows] == [None, "env", "env", "return", "failing", "failing"]
+    line = bench._why_not("findings", rows)
+    assert "2 the env's own fault" in line and "1 labelled healthy" in line and "2 still failing" in line
+    assert line.endswith("of the 4 failures a knob can reach, 1 repaired (25%)")

@@ -319,6 +319,34 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
 
 
 # --- the report ------------------------------------------------------------------------------------
+def why_not(row: dict[str, Any]) -> str | None:
+    """Why a corpus case was not repaired: ``env`` (the env's own output is at fault, a reward that
+    never varies or a non-finite value after ordinary actions: the plan says to fix the env, since no
+    knob reaches it), ``return`` (its last attempt was labelled healthy on every seed but returned
+    less than the failing config) or ``failing`` (still labelled failing); None when repaired."""
+    if row["repaired"]:
+        return None
+    if "fix the env" in row["message"]:
+        return "env"
+    last = row["attempts"][-1] if row["attempts"] else None
+    if last and last["labels"] and all(label == "healthy" for label in last["labels"]):
+        return "return"
+    return "failing"
+
+
+def _why_not(strategy: str, rows: list[dict[str, Any]]) -> str:
+    """One line: the unrepaired cases by why, and the rate over the failures a knob can reach."""
+    reasons = Counter(why_not(r) for r in rows)
+    reachable = len(rows) - reasons["env"]
+    fixed = sum(r["repaired"] for r in rows)
+    return (
+        f"- **{strategy}**, not repaired: {reasons['env']} the env's own fault (a reward that never varies "
+        f"or a non-finite value from the env: no knob reaches it), {reasons['return']} labelled healthy on "
+        f"every seed but returning less than the failing config, {reasons['failing']} still failing; of "
+        f"the {reachable} failures a knob can reach, {fixed} repaired ({fixed / max(reachable, 1):.0%})"
+    )
+
+
 def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]], split: str = "heldout") -> list[str]:
     lines = [
         "# Repair benchmark",
@@ -370,6 +398,8 @@ def markdown(corpus: list[dict[str, Any]], repros: list[dict[str, Any]], split: 
                 f"configs once as a fresh sweep of the same size ({sum(r['seconds'] for r in rows) / 60:.0f} "
                 f"CPU-minutes)"
             )
+        for s in STRATEGIES:
+            lines.append(_why_not(s, [r for r in corpus if r["strategy"] == s]))
         lines += [
             "",
             "| case | class | labels before | findings: patch | result | random: patch | result |",
