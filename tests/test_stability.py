@@ -200,23 +200,25 @@ def test_a_plain_log_without_a_std_is_read_as_gaussian_from_its_entropy():
     assert classify(plain(1.5e-3, 1.3855)).verdict == "dead_policy_gradient"
 
 
-def test_a2c_judged_without_kl():
-    def a2c(entropy: list, actor: float) -> History:
-        h = H(total_steps=40 * 400)
-        for i in range(40):
-            h.add(
-                400 * (i + 1),
-                {
-                    "pg_loss": 15.0 * (-1) ** i,
-                    "value_loss": 50.0,
-                    "explained_variance": 0.5,
-                    "entropy": entropy[i],
-                    "grad_norm": 10.0,
-                    "grad_norm_actor": actor,
-                },
-            )
-        return h
+def a2c(entropy: list, actor: float, value_loss: float = 50.0, ev: float = 0.5, **context: object) -> History:
+    """40 A2C-style records (no KL) with the actor's share of a gradient norm of 10 given."""
+    h = H(total_steps=40 * 400, context=dict(context))
+    for i in range(40):
+        h.add(
+            400 * (i + 1),
+            {
+                "pg_loss": 15.0 * (-1) ** i,
+                "value_loss": value_loss,
+                "explained_variance": ev,
+                "entropy": entropy[i],
+                "grad_norm": 10.0,
+                "grad_norm_actor": actor,
+            },
+        )
+    return h
 
+
+def test_a2c_judged_without_kl():
     assert classify(a2c([0.69] * 40, actor=1e-3)).verdict == "dead_policy_gradient"
     # A2C's policy_loss is far from 0 with a moving policy: healthy
     assert classify(a2c([0.69 - 0.01 * i for i in range(40)], actor=2.0)).verdict == "healthy"
@@ -245,19 +247,7 @@ def test_a_starved_actor_behind_a_tiny_value_clip_is_advised_to_remove_the_clip_
     causes and its removal is the first patch, before normalising rewards or a smaller vf_coef."""
 
     def starved(**ctx: object) -> list:
-        h = H(total_steps=40 * 400, context={"max_grad_norm": 0.5, **ctx})
-        for i in range(40):
-            h.add(
-                400 * (i + 1),
-                {
-                    "pg_loss": 15.0 * (-1) ** i,
-                    "value_loss": 5e4,
-                    "explained_variance": 0.0,
-                    "entropy": 0.69,
-                    "grad_norm": 10.0,
-                    "grad_norm_actor": 1e-3,
-                },
-            )
+        h = a2c([0.69] * 40, actor=1e-3, value_loss=5e4, ev=0.0, max_grad_norm=0.5, **ctx)
         return next(f for f in classify(h).findings if f.kind == "dead_policy_gradient").patches
 
     clipped = starved(clip_range_vf=4e-5, vf_coef=0.5)
