@@ -575,8 +575,8 @@ def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
-    def row(repaired: bool, message: str, labels: list[str] | None) -> dict[str, Any]:
-        attempts = [] if labels is None else [{"labels": labels}]
+    def row(repaired: bool, message: str, labels: list[str] | None, fresh: list[str] | None = None) -> dict[str, Any]:
+        attempts = [] if labels is None else [{"labels": labels, "fresh_labels": fresh}]
         return {"repaired": repaired, "message": message, "attempts": attempts}
 
     rows = [
@@ -586,8 +586,16 @@ def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
         row(False, "no repair within 2 attempt(s)", ["healthy"] * 3),
         row(False, "no repair within 2 attempt(s)", ["healthy", "stuck_value_loss", "healthy"]),
         row(False, "no patch left to try: every candidate was tried", None),
+        row(False, "nothing to repair: rlsweep's verdict is healthy on every seed", None),
+        # healthy on the trial's seeds but not on every fresh one: still failing, whatever it returned
+        row(
+            False,
+            "attempt 1 (...) is healthy on seeds [1, 2, 3] and on fresh seeds [4, 5, 6]",
+            ["healthy"] * 3,
+            ["healthy", "entropy_collapse", "healthy"],
+        ),
     ]
-    assert [bench.why_not(r) for r in rows] == [None, "env", "env", "return", "failing", "failing"]
+    assert [bench.why_not(r) for r in rows] == [None, "env", "env", "return", "failing", "failing", "missed", "failing"]
     line = bench._why_not("findings", rows)
-    assert "2 the env's own fault" in line and "1 labelled healthy" in line and "2 still failing" in line
-    assert line.endswith("of the 4 failures a knob can reach, 1 repaired (25%)")
+    assert "2 the env's own fault" in line and "1 never tried" in line and "1 labelled healthy" in line
+    assert "3 still failing" in line and line.endswith("of the 6 failures a knob can reach, 1 repaired (17%)")

@@ -322,14 +322,19 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
 def why_not(row: dict[str, Any]) -> str | None:
     """Why a corpus case was not repaired: ``env`` (the env's own output is at fault, a reward that
     never varies or a non-finite value after ordinary actions: the plan says to fix the env, since no
-    knob reaches it), ``return`` (its last attempt was labelled healthy on every seed but returned
-    less than the failing config) or ``failing`` (still labelled failing); None when repaired."""
+    knob reaches it), ``missed`` (rlsweep's verdicts called every seed healthy, so nothing was
+    tried), ``return`` (its last attempt was labelled healthy on every seed, fresh ones included,
+    but returned less than the failing config) or ``failing`` (still labelled failing on some
+    seed); None when repaired."""
     if row["repaired"]:
         return None
     if "fix the env" in row["message"]:
         return "env"
+    if not row["attempts"] and row["message"].startswith("nothing to repair"):
+        return "missed"
     last = row["attempts"][-1] if row["attempts"] else None
-    if last and last["labels"] and all(label == "healthy" for label in last["labels"]):
+    labels = (last["labels"] + (last.get("fresh_labels") or [])) if last else []
+    if labels and all(label == "healthy" for label in labels):
         return "return"
     return "failing"
 
@@ -341,9 +346,10 @@ def _why_not(strategy: str, rows: list[dict[str, Any]]) -> str:
     fixed = sum(r["repaired"] for r in rows)
     return (
         f"- **{strategy}**, not repaired: {reasons['env']} the env's own fault (a reward that never varies "
-        f"or a non-finite value from the env: no knob reaches it), {reasons['return']} labelled healthy on "
-        f"every seed but returning less than the failing config, {reasons['failing']} still failing; of "
-        f"the {reachable} failures a knob can reach, {fixed} repaired ({fixed / max(reachable, 1):.0%})"
+        f"or a non-finite value from the env: no knob reaches it), {reasons['missed']} never tried (rlsweep's "
+        f"verdicts called every seed healthy), {reasons['return']} labelled healthy on every seed but "
+        f"returning less than the failing config, {reasons['failing']} still failing on some seed; of the "
+        f"{reachable} failures a knob can reach, {fixed} repaired ({fixed / max(reachable, 1):.0%})"
     )
 
 
