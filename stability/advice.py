@@ -144,6 +144,20 @@ def value_clip(ctx: dict[str, Any], maximum: float) -> tuple[str, dict[str, Any]
     )
 
 
+def tiny_reward_scale(ctx: dict[str, Any], maximum: float) -> tuple[str, dict[str, Any] | None] | None:
+    """The run's ``reward_scale`` (rlsweep's knob) as a cause, with the patch that sets it back to
+    1, where it is under ``maximum``: every reward, and so every advantage and value target, is
+    that much smaller than the env pays, down where the optimizer's eps swallows the gradients."""
+    scale = ctx.get("reward_scale")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < maximum:
+        return None
+    return (
+        f"reward_scale {scale:g} multiplies every reward towards 0 before the algorithm: the advantages "
+        "and the critic's targets, and their gradients, shrink by as much",
+        make(ctx, "reward_scale", 1.0, "the rewards the env pays"),
+    )
+
+
 def clip_grads(ctx: dict[str, Any], why: str) -> dict[str, Any] | None:
     current = ctx.get("max_grad_norm")
     if current is not None and math.isfinite(float(current)) and float(current) <= 0.5:

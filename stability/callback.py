@@ -89,6 +89,9 @@ class StabilityCallback(BaseCallback):
     :param reference_return: the episode return at which the env counts as learnt (see
         :mod:`stability.references`); default: the training env's registered ``reward_threshold``
         where it has one and no wrapper over it may change the reward.
+    :param reward_scale: what every reward was multiplied by after the episode recorder and before
+        the algorithm (rlsweep's ``reward_scale`` knob; None: not scaled): the critic's targets are
+        the logged returns times this, and a tiny one is named as the policy's missing signal.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class StabilityCallback(BaseCallback):
         max_grad_norm: float | None = None,
         override_keys: Iterable[str] = OVERRIDE_KEYS,
         reference_return: float | None = None,
+        reward_scale: float | None = None,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -127,6 +131,13 @@ class StabilityCallback(BaseCallback):
         ):
             raise ValueError(f"reference_return must be a finite number, but got {reference_return!r}")
         self.reference_return = reference_return
+        # what every reward was multiplied by before the algorithm and after the episode recorder
+        # (rlsweep's reward_scale knob): the detectors read the logged returns in the critic's units
+        if reward_scale is not None and not (
+            isinstance(reward_scale, (int, float)) and math.isfinite(reward_scale) and reward_scale > 0
+        ):
+            raise ValueError(f"reward_scale must be a positive finite number, but got {reward_scale!r}")
+        self.reward_scale = reward_scale
         self.history = History()
         self.verdict = Verdict.empty()
         self._judge = Judge(self.thresholds)
@@ -184,6 +195,8 @@ class StabilityCallback(BaseCallback):
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
         self.history.context.update(_context(self.model, self._vecnorm))
         self.history.context.update(_reference(env, self.reference_return))
+        if self.reward_scale is not None:
+            self.history.context["reward_scale"] = float(self.reward_scale)
         self._weights = _Weights(self.model.policy)
         self.history.context["param_norm_start"] = self._weights.norm
         self.history.context["param_norm_unit"] = _unit_norm(self._weights.params)

@@ -101,7 +101,7 @@ def _train(config: TrialConfig, reporter: Reporter, built: Any, env: Any, device
     model.set_logger(
         _logger_to(reporter, train_lags=algos.info(config.algo).on_policy, min_gap=config.total_timesteps // MAX_POINTS)
     )
-    watch = _stability_callback(config, built.max_grad_norm)
+    watch = _stability_callback(config, built.max_grad_norm, built.reward_scale)
     callback: Any = watch
     if config.eval_every > 0:
         from stable_baselines3.common.callbacks import CallbackList
@@ -170,7 +170,7 @@ def _periodic_eval(config: TrialConfig, reporter: Reporter, wrap: Any) -> Any:
     return PeriodicEval()
 
 
-def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any:
+def _stability_callback(config: TrialConfig, max_grad_norm: float | None, reward_scale: float = 1.0) -> Any:
     from stability.callback import StabilityCallback
     from stability.thresholds import Thresholds
 
@@ -183,6 +183,7 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None) -> Any
         stop_on=stop_on,
         max_grad_norm=max_grad_norm,
         reference_return=settings.get("reference_return"),
+        reward_scale=reward_scale if reward_scale != 1.0 else None,
         **({"override_keys": keys} if keys else {}),
     )
 

@@ -436,6 +436,25 @@ def test_every_algorithm_runs_a_trial_with_curves(algo: str) -> None:
     assert any(k.startswith("train/") for k in keys) and "train/grad_norm" in keys, keys
 
 
+def test_the_reward_scale_knob_reaches_the_callbacks_context() -> None:
+    """The detectors read the logged returns in the critic's units and name a tiny scale: a trial
+    hands its reward_scale to the callback, which records it (and nothing when it is 1)."""
+    from sweeps.trial import TrialConfig, run
+
+    class Quiet:
+        def metrics(self, step, values):
+            pass
+
+    contexts = []
+    for knob in ({"reward_scale": 2.5e-8}, {}):
+        hyperparams = {"n_steps": 8, "policy_kwargs": {"net_arch": [8]}, **knob}
+        config = TrialConfig(
+            "t", 0, 0, "A2C", "MlpPolicy", {"id": "CartPole-v1", "n_envs": 1}, hyperparams, 64, eval_episodes=1
+        )
+        contexts.append(run(config, Quiet()).context)
+    assert contexts[0]["reward_scale"] == 2.5e-8 and "reward_scale" not in contexts[1]
+
+
 def test_dict_observations_and_multidiscrete_actions_through_a_trial() -> None:
     """RecurrentPPO on the shipped temperature-control env, with VecNormalize on its Dict observation."""
     from sweeps.trial import TrialConfig, run

@@ -241,15 +241,20 @@ def test_a2c_judged_without_kl():
         assert ("dead_policy_gradient" in {f.kind for f in classify(h).findings}) is dead, clipped
 
 
-def test_a_starved_actor_behind_a_tiny_value_clip_is_advised_to_remove_the_clip_first():
+def test_a_starved_actors_config_causes_come_before_the_generic_patches():
     """The critic's share dominates the clipped gradient because a tiny clip_range_vf holds the
     critic where it started (its loss stays at the returns' scale): the clip is named among the
-    causes and its removal is the first patch, before normalising rewards or a smaller vf_coef."""
+    causes and its removal is the first patch, before normalising rewards or a smaller vf_coef. A
+    reward_scale that shrinks every reward to nothing is likewise named, with the knob back to 1."""
 
     def starved(**ctx: object) -> list:
         h = a2c([0.69] * 40, actor=1e-3, value_loss=5e4, ev=0.0, max_grad_norm=0.5, **ctx)
         return next(f for f in classify(h).findings if f.kind == "dead_policy_gradient").patches
 
+    # a reward_scale that shrinks every reward to nothing is named first, with the knob back to 1
+    shrunk = starved(reward_scale=2.6e-8)
+    assert shrunk[0]["patch"] == {"reward_scale": 1.0}
+    assert all("reward_scale" not in p["patch"] for p in starved(reward_scale=0.5))
     clipped = starved(clip_range_vf=4e-5, vf_coef=0.5)
     assert clipped[0]["patch"] == {"clip_range_vf": None}
     assert {"vf_coef": 0.05} in [p["patch"] for p in clipped[1:]]  # still offered, after it
@@ -347,6 +352,11 @@ def test_stuck_names_a_tiny_value_clip_and_patches_it_away_first():
     h.context["clip_range_vf"] = 0.2  # a clip of the usual size is no cause
     finding = classify(h, final=True).findings[0]
     assert {"clip_range_vf": None} not in [p["patch"] for p in finding.patches]
+    # a reward_scale that shrinks the critic's targets to nothing: the knob back to 1, before normalising
+    h.context["reward_scale"] = 2.6e-8
+    finding = classify(h, final=True).findings[0]
+    assert [p["patch"] for p in finding.patches][:1] == [{"reward_scale": 1.0}]
+    assert any("reward_scale 2.6e-08" in c for c in finding.causes)
 
 
 def test_stuck_names_an_undiscounted_horizon_and_advises_sb3s_gamma_last():
@@ -1007,6 +1017,9 @@ def test_a_reference_return_given_to_the_callback_must_be_a_number():
     for bad in (math.nan, math.inf, "475"):
         with pytest.raises(ValueError, match="reference_return must be a finite number"):
             StabilityCallback(reference_return=bad)  # type: ignore[arg-type]
+    for bad in (0.0, -1.0, math.nan, math.inf, "2"):
+        with pytest.raises(ValueError, match="reward_scale must be a positive finite number"):
+            StabilityCallback(reward_scale=bad)  # type: ignore[arg-type]
 
 
 def test_a_cleanrl_table_names_its_env_and_so_its_reference():

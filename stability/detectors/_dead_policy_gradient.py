@@ -389,6 +389,10 @@ def _causes(
         evidence["reward_norm_std_median"] = median(norm_std)
         causes.append(f"VecNormalize shrinks the rewards the agent sees to std {median(norm_std):.3g}")
         patches.append({"patch": {"normalize": {"reward": False}}, "why": "let the sparse reward through unshrunk"})
+    scaled = advice.tiny_reward_scale(ctx, t["reward_scale_tiny"])
+    if scaled is not None:  # before the advantages' missing spread below, its consequence
+        causes.append(scaled[0])
+        patches.append(scaled[1])
     adv = history.values("adv_std", last=w)
     if adv:
         evidence["adv_std_median"] = median(adv)

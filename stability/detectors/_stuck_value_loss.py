@@ -686,6 +686,10 @@ def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tu
     if clip_vf is not None:
         causes.append(clip_vf[0])
         patches.append(clip_vf[1])
+    shrunk = advice.tiny_reward_scale(ctx, t["reward_scale_tiny"])
+    if shrunk is not None:  # before normalising: VecNormalize divides targets of 1e-8 by ~eps-sized spreads
+        causes.append(shrunk[0])
+        patches.append(shrunk[1])
     rms = history.values("return_rms")
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)
