@@ -54,8 +54,9 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
 
 The episodes' returns are the env's rewards. Where the run's context gives a ``reward_scale`` (a
 config given to diagnose, or the sweep's own through the callback: rlsweep's knob, which
-multiplies every reward before the algorithm sees it) and its rewards are not normalised, the critic's targets are that many times the episodes'
-scale, and each size above (per-step reward, discounted return, lambda-returns) is read so.
+multiplies every reward before the algorithm sees it) and its rewards are not normalised, the
+critic's targets are that many times the episodes' scale, and each size above (per-step reward,
+discounted return, lambda-returns) is read so.
 
 A loss of at least ``relative_units_max`` times that square, with explained variance above
 ``ev_below_mean``, is not in the episodes' units: in them, the critic would be off by more than

@@ -25,8 +25,10 @@ ACROBOT_ENVS = ("acrobot", "acrobot_dict")
 
 # The scored splits, the result first (see conf/corpus/cases.yaml for how each was fixed).
 SECTIONS = {
-    "unseen": "Fresh65 split (the result: written before fresh64 was read and any of its runs; the detectors as "
-    "they are, no verdict changed since fresh63 was scored)",
+    "unseen": "Fresh66 split (the result: written before fresh65 was read and any of its runs; held out from the "
+    "sweep path's reading of the sweep's reward_scale, which moved none of its verdicts)",
+    "fresh65": "Fresh65 split (written before fresh64 was read; the detectors as they were, no verdict changed "
+    "since fresh63; the reward_scale change was made with it in view)",
     "fresh64": "Fresh64 split (written before fresh63 was read; the detectors as they are, no change made since)",
     "fresh63": "Fresh63 split (held out from the last-window change a second time; no change made since)",
     "fresh62": "Fresh62 split (held out from the reward_scale, config weight-decay and last-window changes; no "
@@ -151,7 +153,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Sixty-seven splits scored, each fixed by case before its "
+        "Sixty-eight splits scored, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
@@ -283,7 +285,9 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "noise, written before fresh62 was scored and before any of its runs) held out the last a second time; "
         "no verdict changed after it, and fresh64 (Pendulum-v1 cut at 350 steps, reward x0.75 with noise) and "
         "**fresh65 (CartPole-v1 cut at 400 steps, reward x3 with noise, written before fresh64 was scored and "
-        "before any of its runs) held out the detectors as they are; fresh65 is the result**; "
+        "before any of its runs) held out the detectors as they were; the sweep's reward_scale then reached the "
+        "callback's context, and **fresh66 (Pendulum-v1 cut at 400 steps, reward x1.25 with noise, written before "
+        "fresh65 was scored and before any of its runs) held that out and is the result**; "
         "the others are in-sample for the current detectors and shown for comparison. 'Of which learned': "
         "the healthy-labelled runs flagged among those whose fresh rollouts got at least half way from the "
         "untrained policy's return to the env's reference (the false stops that cost a sweep its good configs). "
