@@ -134,7 +134,10 @@ class StabilityCallback(BaseCallback):
         # what every reward was multiplied by before the algorithm and after the episode recorder
         # (rlsweep's reward_scale knob): the detectors read the logged returns in the critic's units
         if reward_scale is not None and not (
-            isinstance(reward_scale, (int, float)) and math.isfinite(reward_scale) and reward_scale > 0
+            isinstance(reward_scale, (int, float))
+            and not isinstance(reward_scale, bool)
+            and math.isfinite(reward_scale)
+            and reward_scale > 0
         ):
             raise ValueError(f"reward_scale must be a positive finite number, but got {reward_scale!r}")
         self.reward_scale = reward_scale

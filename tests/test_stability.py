@@ -1017,7 +1017,7 @@ def test_a_reference_return_given_to_the_callback_must_be_a_number():
     for bad in (math.nan, math.inf, "475"):
         with pytest.raises(ValueError, match="reference_return must be a finite number"):
             StabilityCallback(reference_return=bad)  # type: ignore[arg-type]
-    for bad in (0.0, -1.0, math.nan, math.inf, "2"):
+    for bad in (0.0, -1.0, math.nan, math.inf, "2", True):
         with pytest.raises(ValueError, match="reward_scale must be a positive finite number"):
             StabilityCallback(reward_scale=bad)  # type: ignore[arg-type]
 
