@@ -158,6 +158,16 @@ def tiny_reward_scale(ctx: dict[str, Any], maximum: float) -> tuple[str, dict[st
     )
 
 
+def name(
+    found: tuple[str, dict[str, Any] | None] | None, causes: list[str], patches: list[dict[str, Any] | None]
+) -> None:
+    """Add a config cause and its patch (as :func:`weight_decay`, :func:`value_clip` and
+    :func:`tiny_reward_scale` give them) to a finding's lists; nothing where none was found."""
+    if found is not None:
+        causes.append(found[0])
+        patches.append(found[1])
+
+
 def clip_grads(ctx: dict[str, Any], why: str) -> dict[str, Any] | None:
     current = ctx.get("max_grad_norm")
     if current is not None and math.isfinite(float(current)) and float(current) <= 0.5:

@@ -356,10 +356,7 @@ def _causes(
             f"the weights shrank to {evidence['weights_norm_over_start']:.2g} of their norm at the start: the "
             "network is held near 0 and computes about its first outputs"
         )
-    decay = advice.weight_decay(ctx, t["weight_decay"], "policy")
-    if decay is not None:
-        causes.append(decay[0])
-        patches.append(decay[1])
+    advice.name(advice.weight_decay(ctx, t["weight_decay"], "policy"), causes, patches)
     clip_norm = ctx.get("max_grad_norm")
     if isinstance(clip_norm, (int, float)) and 0 < clip_norm < t["grad_clip_tiny"]:
         causes.append(f"gradients are clipped to a norm of {clip_norm:.2g}: the optimizer's eps swallows what is left")
@@ -389,10 +386,8 @@ def _causes(
         evidence["reward_norm_std_median"] = median(norm_std)
         causes.append(f"VecNormalize shrinks the rewards the agent sees to std {median(norm_std):.3g}")
         patches.append({"patch": {"normalize": {"reward": False}}, "why": "let the sparse reward through unshrunk"})
-    scaled = advice.tiny_reward_scale(ctx, t["reward_scale_tiny"])
-    if scaled is not None:  # before the advantages' missing spread below, its consequence
-        causes.append(scaled[0])
-        patches.append(scaled[1])
+    # before the advantages' missing spread below, its consequence
+    advice.name(advice.tiny_reward_scale(ctx, t["reward_scale_tiny"]), causes, patches)
     adv = history.values("adv_std", last=w)
     if adv:
         evidence["adv_std_median"] = median(adv)
@@ -410,10 +405,7 @@ def _causes(
         causes.append(f"the actor gets {share:.2%} of the gradient norm; the critic dominates the clipped total")
         # a critic held by a tiny value clip never fits, so its loss keeps the returns' scale: the
         # clip is why the critic's gradient dominates, and its patch comes before the others
-        clip_vf = advice.value_clip(ctx, t["value_clip_tiny"])
-        if clip_vf is not None:
-            causes.append(clip_vf[0])
-            patches.append(clip_vf[1])
+        advice.name(advice.value_clip(ctx, t["value_clip_tiny"]), causes, patches)
         if not ctx.get("norm_reward"):
             patches.append(
                 advice.make(ctx, "normalize", {"reward": True}, "shrink the returns the critic's gradient scales with")

@@ -677,20 +677,13 @@ def _reward_rate(returns: list[float], lengths: list[float]) -> tuple[float, flo
 
 
 def _causes(history: History, t: dict[str, Any], evidence: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    ctx, causes = history.context, []
+    ctx = history.context
+    causes: list[str] = []
     patches: list[dict[str, Any] | None] = []
-    decay = advice.weight_decay(ctx, t["weight_decay"], "critic")
-    if decay is not None:
-        causes.append(decay[0])
-        patches.append(decay[1])
-    clip_vf = advice.value_clip(ctx, t["value_clip_tiny"])
-    if clip_vf is not None:
-        causes.append(clip_vf[0])
-        patches.append(clip_vf[1])
-    shrunk = advice.tiny_reward_scale(ctx, t["reward_scale_tiny"])
-    if shrunk is not None:  # before normalising: VecNormalize divides targets of 1e-8 by ~eps-sized spreads
-        causes.append(shrunk[0])
-        patches.append(shrunk[1])
+    advice.name(advice.weight_decay(ctx, t["weight_decay"], "critic"), causes, patches)
+    advice.name(advice.value_clip(ctx, t["value_clip_tiny"]), causes, patches)
+    # before normalising: VecNormalize divides targets of 1e-8 by ~eps-sized spreads
+    advice.name(advice.tiny_reward_scale(ctx, t["reward_scale_tiny"]), causes, patches)
     rms = history.values("return_rms")
     if rms and median(rms) > t["return_scale"] and not ctx.get("norm_reward"):
         evidence["return_rms_median"] = median(rms)
