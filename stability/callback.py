@@ -90,8 +90,9 @@ class StabilityCallback(BaseCallback):
         :mod:`stability.references`); default: the training env's registered ``reward_threshold``
         where it has one and no wrapper over it may change the reward.
     :param reward_scale: what every reward was multiplied by after the episode recorder and before
-        the algorithm (rlsweep's ``reward_scale`` knob; None: not scaled): the critic's targets are
-        the logged returns times this, and a tiny one is named as the policy's missing signal.
+        the algorithm (rlsweep's ``reward_scale`` knob; None or 1: not scaled, and not recorded): the
+        critic's targets are the logged returns times this, and a tiny one is named as the policy's
+        missing signal.
     """
 
     def __init__(
@@ -198,7 +199,7 @@ class StabilityCallback(BaseCallback):
             self._monitor = GradNormMonitor(self.model.policy, max_grad_norm=clip)
         self.history.context.update(_context(self.model, self._vecnorm))
         self.history.context.update(_reference(env, self.reference_return))
-        if self.reward_scale is not None:
+        if self.reward_scale is not None and self.reward_scale != 1:
             self.history.context["reward_scale"] = float(self.reward_scale)
         self._weights = _Weights(self.model.policy)
         self.history.context["param_norm_start"] = self._weights.norm

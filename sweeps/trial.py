@@ -183,7 +183,7 @@ def _stability_callback(config: TrialConfig, max_grad_norm: float | None, reward
         stop_on=stop_on,
         max_grad_norm=max_grad_norm,
         reference_return=settings.get("reference_return"),
-        reward_scale=reward_scale if reward_scale != 1.0 else None,
+        reward_scale=reward_scale,
         **({"override_keys": keys} if keys else {}),
     )
 

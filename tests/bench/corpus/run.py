@@ -310,8 +310,9 @@ def run_sb3(case: dict[str, Any], seed: int, out: Path) -> dict[str, Any]:
     model, env, built = build_sb3(case, seed)
     model.set_logger(configure(str(out / "tb"), ["tensorboard"]))
     # as a sweep's trial makes it (sweeps/trial.py): the reward_scale knob reaches the callback
-    scale = {"reward_scale": built.reward_scale} if built.reward_scale != 1.0 else {}
-    watch = StabilityCallback(max_grad_norm=built.max_grad_norm, **scale, **case.get("callback", {}))
+    watch = StabilityCallback(
+        max_grad_norm=built.max_grad_norm, reward_scale=built.reward_scale, **case.get("callback", {})
+    )
     record: dict[str, Any] = {"snapshots": [], "rollouts": {}}
     probe = SB3Probe(model, case, seed, built)
     budget = int(case["total_timesteps"])
