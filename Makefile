@@ -58,7 +58,7 @@ browser:
 bench: install
 	$(PY) tests/bench/run.py --repeat 2
 
-# The labelled failure corpus (conf/corpus): 3711 short trainings (1237 cases x 3 seeds), about 8 to 10 hours on 2 cores;
+# The labelled failure corpus (conf/corpus): every case in cases.yaml x 3 seeds, some 15 minutes per 75-run split on 2 cores;
 # finished runs are kept in results/corpus, so it resumes. `make bench` runs it too, then scores it.
 corpus: install
 	$(PY) tests/bench/corpus/run.py --jobs 2
