@@ -60,8 +60,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "grad_clip_tiny": 1.0e-3,
         "entropy_rel_change_max": 0.01,
         "actor_grad_share_max": 0.01,
-        "value_clip_tiny": 0.01,
-        "reward_scale_tiny": 1.0e-4,
         "std_never_moved_max": 1.0e-4,
         "weights_shrunk": 0.1,
         "shrunk_std_drift_max": 0.1,
@@ -134,13 +132,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Thresholds one detector reads from another's section, where the fact is the other's to define:
 # "near-deterministic" is entropy_collapse's, and the detectors that defer to it read its limits
-# under their own names. One home: overriding entropy_collapse.std_max moves all of them.
+# under their own names; "a critic pinned at explained variance ~0", and the bars of a value clip
+# and a reward_scale too small, are stuck_value_loss's. One home: overriding
+# entropy_collapse.std_max moves all of them.
 BORROWED: dict[str, dict[str, tuple[str, str]]] = {
     "exploding_updates": {
         "deterministic_std": ("entropy_collapse", "std_max"),
         "deterministic_entropy_drop": ("entropy_collapse", "entropy_drop"),
     },
-    "dead_policy_gradient": {"deterministic_std": ("entropy_collapse", "std_max")},
+    "dead_policy_gradient": {
+        "deterministic_std": ("entropy_collapse", "std_max"),
+        "critic_ev_pinned": ("stuck_value_loss", "ev_pinned"),
+        "value_clip_tiny": ("stuck_value_loss", "value_clip_tiny"),
+        "reward_scale_tiny": ("stuck_value_loss", "reward_scale_tiny"),
+    },
     "stuck_value_loss": {
         "deterministic_entropy_fraction": ("entropy_collapse", "entropy_fraction"),
         "deterministic_std": ("entropy_collapse", "std_max"),

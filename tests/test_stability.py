@@ -626,6 +626,29 @@ def test_a_plain_log_loss_far_over_its_episodes_square_is_rewards_scaled_up_not_
     assert "value_loss_units_differ" not in off.findings[0].evidence
 
 
+def test_a_plain_log_loss_far_over_its_episodes_square_from_a_critic_that_never_explained_anything_is_stuck():
+    """The same loss, ~100 times the episodes' squared discounted return, from a critic whose
+    explained variance sat within ev_pinned of 0 at every update while its loss did not fall and
+    the returns did not rise: explained variance has no units, and a critic that explained none of
+    its targets' variance at any update, whatever their scale, learnt nothing of them (rewards
+    scaled up and not normalised). Certain once the run has ended; with the returns risen, or an
+    update that explained over ev_max of their variance (0.3), the warning above stays."""
+    n = 40
+    flat = dict(ep_return=[-30.0 + i % 3 for i in range(n)], ep_length=[999.0] * n, value_loss=[1000.0] * n)
+    pinned = [2e-4 * math.sin(i) for i in range(n)]
+    stuck = classify(ppo_history(n, explained_variance=pinned, **flat), final=True)
+    assert stuck.verdict == "stuck_value_loss"
+    finding = stuck.findings[0]
+    assert finding.certain and finding.evidence["constant_critic_scaled_targets"]
+    assert "it has learnt nothing of them" in finding.causes[0]
+    assert not any(f.certain for f in classify(ppo_history(n, explained_variance=pinned, **flat)).findings)
+    rising = flat | {"ep_return": [-30.0 + i for i in range(n)]}
+    assert classify(ppo_history(n, explained_variance=pinned, **rising), final=True).verdict == "healthy"
+    once = [0.3 if i == 3 else v for i, v in enumerate(pinned)]
+    warning = classify(ppo_history(n, explained_variance=once, **flat), final=True)
+    assert warning.verdict == "healthy" and warning.findings[0].evidence["explained_variance_only"]
+
+
 def test_stuck_waits_for_half_the_budget():
     n = 40
     h = ppo_history(n, value_loss=[50.0] * n, explained_variance=[0.0] * n, return_rms=[10.0] * n)

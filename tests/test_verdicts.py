@@ -593,7 +593,9 @@ def test_a_plain_a2c_log_read_with_a_config_whose_weight_decay_pins_the_weights_
         h.context.update(context)
         return h
 
-    assert "dead_policy_gradient" not in _kinds(plain())  # the config unknown: nothing says where the weights are
+    # the config unknown, and a critic whose explained variance is not pinned at 0 (0.001 each
+    # update, the bar's edge): nothing says where the weights are
+    assert "dead_policy_gradient" not in _kinds(plain())
     verdict = judge(plain(weight_decay=0.5, optimizer="RMSprop"))
     assert verdict.verdict == "dead_policy_gradient"
     dead = verdict.findings[0]
@@ -612,6 +614,38 @@ def test_a_plain_a2c_log_read_with_a_config_whose_weight_decay_pins_the_weights_
     ppo = ppo_history(n, kl=1e-3, clip=0.0, entropy=entropy, ep_return=flat)
     ppo.context.update(continuous=True, weight_decay=0.5, optimizer="Adam")
     assert "dead_policy_gradient" not in _kinds(ppo)
+
+
+def test_a_plain_a2c_gaussian_log_whose_critic_is_a_constant_beside_a_held_std_is_dead():
+    """No weights' norm and no config: a critic whose explained variance is within ev_pinned of 0
+    at every update of the window predicts one value everywhere (each value is one short rollout's,
+    noisy about 0 for a critic that computes anything that varies), and beside a std that jitters
+    3.5% about its first value the network is held near 0. Not where the critic's values vary, nor
+    a std that moved by a quarter, nor a discrete policy (its entropy is read), nor a PPO-style log."""
+    n = 100
+    jitter = [1.0 + 0.035 * (0, 1, -1, 0)[i % 4] for i in range(n)]
+
+    def plain(ev: list[float], std: list[float] = jitter, continuous: bool = True) -> History:
+        h = _a2c_history([1.4189 + math.log(s) for s in std], continuous=continuous, std=std)
+        for i, value in enumerate(ev):
+            h.series["explained_variance"][1][i] = value
+        return h
+
+    constant = [0.0 if i % 5 else 1e-6 for i in range(n)]
+    verdict = judge(plain(constant))
+    assert verdict.verdict == "dead_policy_gradient"
+    dead = verdict.findings[0]
+    assert dead.certain and dead.evidence["critic_constant"] and "weight_decay_pins" not in dead.evidence
+    assert "its critic a constant" in dead.summary
+    assert any("set it to 0 if it has one" in c for c in dead.causes)
+    noisy = [0.2 * math.sin(i) for i in range(n)]
+    assert "dead_policy_gradient" not in _kinds(plain(noisy))
+    falling = [1.0 - 0.0025 * i for i in range(n)]
+    assert "dead_policy_gradient" not in _kinds(plain(constant, std=falling))
+    assert not any(
+        f.kind == "dead_policy_gradient" and f.evidence.get("critic_constant")
+        for f in judge(plain(constant, std=[1.0 + 0.02 * math.sin(i) for i in range(n)], continuous=False)).findings
+    )
 
 
 def test_updates_that_move_the_weights_by_more_than_their_size_are_exploding_updates():

@@ -36,6 +36,10 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   defaults steps once a rollout of 5 x n_envs steps, 7e-4 x 800 = 0.56 in 16k env steps with 4
   envs, about its weights' own size; a RecurrentPPO at a decay of 0.25 (3e-4 x 384 = 0.12) kept
   0.6 of its norm. A PPO-style log has approx_kl to decide from, and is left to it.
+  Where neither is known (a plain A2C-style log of a Gaussian policy), a critic that predicts one
+  value everywhere stands for it: explained variance within the stuck detector's ``ev_pinned`` of
+  0 at every update of the window (each value is one short rollout's, noisy about 0 for any critic
+  whose values vary with the state), beside the std held as above.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
 dead: its entropy and KL still move, and its returns show the learning.
 """
@@ -123,7 +127,11 @@ class DeadPolicyGradient(Detector):
             movable = True
             onset = n - w
         shrunk = not dead and movable and _held(history, frozen_entropy, t, evidence)
-        shrunk = shrunk and (_weights_pinned(history, w, t, evidence) or _decay_pins(history, t, evidence))
+        shrunk = shrunk and (
+            _weights_pinned(history, w, t, evidence)
+            or _decay_pins(history, t, evidence)
+            or _critic_constant(history, w, t, evidence)
+        )
         if not (dead or shrunk) or returns_rose(history, w, at_best=True):  # converged by learning: not dead
             return None
         if _collapsed(history, t):  # frozen near determinism after moving there: entropy_collapse's case
@@ -145,10 +153,15 @@ class DeadPolicyGradient(Detector):
                 f"the policy has stayed where it started while lr > 0: its weights were pulled to "
                 f"{evidence['weights_norm_over_start']:.2g} of their norm at the start"
             )
-        elif shrunk:
+        elif shrunk and "weight_decay_pins" in evidence:
             summary = (
                 f"the policy has stayed where it started while lr > 0: a weight decay of "
                 f"{evidence['weight_decay_pins']:g} in {history.context['optimizer']} pulls its weights to about 0"
+            )
+        elif shrunk:
+            summary = (
+                f"the policy has stayed where it started while lr > 0: its std within {evidence['std_max_drift']:.0%} "
+                "of its first value, its critic a constant (explained variance ~0 at every update of the window)"
             )
         elif history.has("approx_kl"):
             summary = "the policy has stopped changing (no KL, no clipping, entropy frozen) while lr > 0"
@@ -285,6 +298,25 @@ def _weights_pinned(history: History, w: int, t: dict[str, Any], evidence: dict[
     return ratio <= t["weights_shrunk"]
 
 
+def _critic_constant(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """Where neither the weights' norm nor a weight decay is known (an A2C-style plain log of a
+    Gaussian policy): the critic's explained variance within ``critic_ev_pinned`` of 0 (the stuck
+    detector's ``ev_pinned``) at every update of the window. Each of those values is one short
+    rollout's, noisy about 0 for a critic that computes anything that varies with the state (a
+    healthy one, an untrained one at its random start); exactly 0, every time, is a critic that
+    predicts one value everywhere: its weights pulled to about 0, as :func:`_weights_pinned`
+    measures where the norm is recorded. Beside a std held where it started (:func:`_held`), the
+    actor's are too. A discrete policy so held has its entropy frozen, which the rules above read;
+    a PPO-style log has approx_kl (noted in the evidence)."""
+    if history.has("param_norm") or history.has("approx_kl") or not is_continuous(history):
+        return False
+    evs = [v for v in history.values("explained_variance", last=w) if math.isfinite(v)]
+    if len(evs) < t["min_window"] or any(abs(v) >= t["critic_ev_pinned"] for v in evs):
+        return False
+    evidence["critic_constant"] = True
+    return True
+
+
 _ADAPTIVE = frozenset({"adam", "rmsprop"})  # coupled L2 decay, normalised with the gradient
 
 
@@ -355,6 +387,12 @@ def _causes(
         causes.append(
             f"the weights shrank to {evidence['weights_norm_over_start']:.2g} of their norm at the start: the "
             "network is held near 0 and computes about its first outputs"
+        )
+    elif shrunk and evidence.get("critic_constant"):
+        causes.append(
+            "the critic predicts one value everywhere and the policy's std never left its start: a network held "
+            f"near 0, which a weight decay of {t['weight_decay_pins']:g} or more through Adam or RMSprop does (set it "
+            "to 0 if it has one)"
         )
     advice.name(advice.weight_decay(ctx, t["weight_decay"], "policy"), causes, patches)
     clip_norm = ctx.get("max_grad_norm")

@@ -69,7 +69,11 @@ warning and never a certain verdict where the loss is under ``relative_floor_epi
 square, or not in its units. Under it, the critic is off by under a third of the targets'
 estimated scale, and explained variance near 0 is as often targets that barely vary about a level
 it fits (a constant critic at the returns' level, a policy that barely varies what it does) as a
-critic that learnt nothing; not in its units, nothing says how far off the critic is.
+critic that learnt nothing; not in its units, nothing says how far off the critic is. Except, not
+in its units, a PPO-style critic pinned at ~0 over the window (loss not fallen, returns not
+risen) that never explained ``ev_max`` at any update: explained variance has no units, a loss
+that large says the targets are large in the critic's, and a critic that explained none of their
+variance at any update learnt nothing of them (rewards scaled up and not normalised). Certain.
 
 From a plain log, a critic pinned at explained variance ~0 (within ``ev_pinned`` on
 ``pinned_share`` of the window) while the policy is near-deterministic at every update of the
@@ -217,6 +221,14 @@ class StuckValueLoss(Detector):
                 else "explained variance alone says stuck, which a critic fitting targets that barely vary also shows"
             )
             causes.insert(0, f"its loss is {ratio:.2g} of the episodes' squared discounted return: {why}")
+        elif evidence.get("constant_critic_scaled_targets"):
+            ratio = evidence["value_loss_over_episode_return_sq"]
+            causes.insert(
+                0,
+                f"its loss is {ratio:.2g} of the episodes' squared discounted return (rewards scaled up before "
+                "the critic), and it explained none of its targets' variance at any update: whatever their "
+                "units, it has learnt nothing of them",
+            )
         if learned:  # first: it is why the finding is a warning
             causes.insert(0, _learned_message(history.context, evidence))
         elif learned is False and evidence.get("explained_variance_only"):
@@ -355,7 +367,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         flat_critic = not fell and pinned >= t["pinned_share"] and not returns_rose(history, w)
         by_ev = not fits and (flat_critic or never_fit)
         if by_ev and not big and not level_off and not untrained:
-            _unsure_below_floor(episode, t, evidence)
+            _unsure_below_floor(episode, t, evidence, constant=flat_critic and never_fit)
         return big or by_ev or level_off or untrained
     # A2C-style logs: each logged explained variance is one short rollout's (n_steps x n_envs
     # samples), noisy around 0 when healthy. A window median of ev_below_mean or less, once the
@@ -523,17 +535,27 @@ def _deterministic_throughout(history: History, t: dict[str, Any], w: int) -> bo
         return bool(inside.any()) and bool(np.all(values[inside] < found[1]))
 
 
-def _unsure_below_floor(episode: float, t: dict[str, Any], evidence: dict[str, Any]) -> None:
+def _unsure_below_floor(episode: float, t: dict[str, Any], evidence: dict[str, Any], constant: bool = False) -> None:
     """Explained variance alone decided, against a loss under ``relative_floor_episode`` of the
     episodes' squared discounted return (and not so far under it that the scales differ), or one
     so far over it that the scales differ (nothing then says how far off the critic is). Such a
     critic is off its targets by under a third of their estimated scale: explained variance near 0
     then says the targets vary little about a level the critic may well fit (a constant critic at
     the returns' level, a policy that barely varies what it does), as often as it says the critic
-    learnt nothing; a plain log cannot tell which. A warning, never a certain verdict."""
+    learnt nothing; a plain log cannot tell which. A warning, never a certain verdict.
+
+    Except, where the scales differ, a ``constant`` critic (a PPO-style log's: pinned at ~0 over
+    the window with its loss not fallen and the returns not risen, and never over ``ev_max`` at
+    any update of the run). Explained variance has no units: a loss that large says the targets
+    the critic was fit to are large in its units (it is their spread about the critic's constant,
+    or more), and a critic that explained none of their variance at any update has learnt nothing
+    of them (rewards scaled a few hundred times and not normalised)."""
     below = math.isfinite(episode) and t["relative_fit_episode_min"] <= episode < t["relative_floor_episode"]
-    if below or evidence.get("value_loss_units_differ"):
+    units = bool(evidence.get("value_loss_units_differ"))
+    if below or (units and not constant):
         evidence["explained_variance_only"] = True
+    elif units:
+        evidence["constant_critic_scaled_targets"] = True
 
 
 def _clear_error(evidence: dict[str, Any]) -> tuple[float, float]:
