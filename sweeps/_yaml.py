@@ -1,24 +1,13 @@
-"""A safe YAML loader that refuses duplicate keys and reads ``3e5`` as a number.
-
-PyYAML follows YAML 1.1, where a float needs a dot (``3.0e+5``); ``3e5`` comes back as
-the string ``'3e5'``. Sweep files are full of such numbers, so they are read as floats.
-"""
+"""A safe YAML loader that refuses duplicate keys and reads ``3e5`` as a number (see
+:mod:`stability._yaml`: PyYAML's YAML 1.1 wants ``3.0e+5``)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
 
-_FLOAT = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
+from stability._yaml import read_exponents_as_floats
 
 
 class YamlError(ValueError):
@@ -45,12 +34,7 @@ def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dic
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-# Replace the YAML 1.1 float resolver with one that also accepts 3e5.
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+read_exponents_as_floats(_Loader)
 
 
 def load_yaml(text: str) -> Any:

@@ -387,6 +387,11 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     assert (got["n_steps"], got["gamma"], got["norm_reward"], got["max_grad_norm"]) == (8, 0.9999, True, 0.5)
     assert got["optimizer"] == "RMSprop" and got["weight_decay"] == 0.0
     assert got["default_optimizer"] == "rmsprop"  # A2C's own, as the callback records it
+    # numbers as people write them: YAML 1.1 would read 1e-8 and 3e-4 as strings, and refuse them
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("algo: PPO\nmax_grad_norm: 1e-8\nlearning_rate: 3e-4\nvf_coef: 5E-1\n")
+    read = read_config(plain)
+    assert (read["max_grad_norm"], read["learning_rate"], read["vf_coef"]) == (1e-8, 3e-4, 0.5)
     # rlsweep's spellings: normalize {obs, reward}, the weight_decay and log_std_init knobs, an algo key
     ctx = context_from_hyperparams(
         {"algo": "PPO", "normalize": {"obs": True, "reward": False}, "weight_decay": 0.01, "log_std_init": -1}

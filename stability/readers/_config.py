@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from stability import advice, references
+from stability._yaml import read_exponents_as_floats
 from stability.readers._errors import LogReadError
 
 # SB3 keyword arguments the detectors read, with the type each must have
@@ -268,6 +269,7 @@ def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
 
 
 _ZooLoader.add_constructor(_ZOO_TAG, _ordered_dict)
+read_exponents_as_floats(_ZooLoader)  # a gradient clip of 1e-8 is a number, not the string '1e-8'
 
 
 def _one_config(loaded: Any, file: Path) -> tuple[Mapping[str, Any], str | None]:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -30,13 +29,15 @@ sys.path[:0] = [str(REPO), str(HERE)]
 
 import measure  # noqa: E402
 
+from sweeps._yaml import load_yaml  # noqa: E402
+
 CASES = REPO / "conf" / "corpus" / "cases.yaml"
 SNAPSHOTS = 20  # policy snapshots per run (plus one before training)
 ROLLOUT_STEPS = 3000  # env steps of each fresh critic/return measurement
 
 
 def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml(path.read_text())  # as a sweep file is read: 1e-08 is a number
     envs, cases = data["envs"], []
     # a case's id names its runs' folders: two cases under one id would share (and skip) runs
     ids = [case["id"] for case in data["cases"]]
