@@ -36,8 +36,8 @@ Judged over the last ``window_fraction`` of updates, once ``min_progress`` of th
   defaults steps once a rollout of 5 x n_envs steps, 7e-4 x 800 = 0.56 in 16k env steps with 4
   envs, about its weights' own size; a RecurrentPPO at a decay of 0.25 (3e-4 x 384 = 0.12) kept
   0.6 of its norm. A PPO-style log has approx_kl to decide from, and is left to it.
-  Where neither is known (a plain A2C-style log of a Gaussian policy), a critic that predicts one
-  value everywhere stands for it: explained variance within the stuck detector's ``ev_pinned`` of
+  Where neither decides (a plain A2C-style log of a Gaussian policy), a critic that predicts one
+  value everywhere stands for them: explained variance within the stuck detector's ``ev_pinned`` of
   0 at every update of the window (each value is one short rollout's, noisy about 0 for any critic
   whose values vary with the state), beside the std held as above.
 A converged policy that got there by learning (returns rose to their best and stay there) is not
@@ -299,15 +299,16 @@ def _weights_pinned(history: History, w: int, t: dict[str, Any], evidence: dict[
 
 
 def _critic_constant(history: History, w: int, t: dict[str, Any], evidence: dict[str, Any]) -> bool:
-    """Where neither the weights' norm nor a weight decay is known (an A2C-style plain log of a
-    Gaussian policy): the critic's explained variance within ``critic_ev_pinned`` of 0 (the stuck
-    detector's ``ev_pinned``) at every update of the window. Each of those values is one short
-    rollout's, noisy about 0 for a critic that computes anything that varies with the state (a
-    healthy one, an untrained one at its random start); exactly 0, every time, is a critic that
-    predicts one value everywhere: its weights pulled to about 0, as :func:`_weights_pinned`
-    measures where the norm is recorded. Beside a std held where it started (:func:`_held`), the
-    actor's are too. A discrete policy so held has its entropy frozen, which the rules above read;
-    a PPO-style log has approx_kl (noted in the evidence)."""
+    """Where the weights' norm was not recorded and no weight decay decided (an A2C-style plain
+    log of a Gaussian policy, read alone or with a config whose decay is under the bar): the
+    critic's explained variance within ``critic_ev_pinned`` of 0 (the stuck detector's
+    ``ev_pinned``) at every update of the window. Each of those values is one short rollout's,
+    noisy about 0 for a critic that computes anything that varies with the state (a healthy one,
+    an untrained one at its random start); exactly 0, every time, is a critic that predicts one
+    value everywhere: its weights pulled to about 0, as :func:`_weights_pinned` measures where the
+    norm is recorded. Beside a std held where it started (:func:`_held`), the actor's are too. A
+    discrete policy so held has its entropy frozen, which the rules above read; a PPO-style log has
+    approx_kl (noted in the evidence)."""
     if history.has("param_norm") or history.has("approx_kl") or not is_continuous(history):
         return False
     evs = [v for v in history.values("explained_variance", last=w) if math.isfinite(v)]
