@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from stability._numbers import is_real
+
 # knobs the callback records in the run's context under their own name
 _RECORDED = frozenset({"max_grad_norm", "weight_decay", "vf_coef", "ent_coef", "normalize_advantage", "learning_rate"})
 
@@ -97,7 +99,7 @@ def back_to_own_optimizer(ctx: dict[str, Any], lr: float | None, why: str) -> di
     if str(ctx.get("optimizer", "")).lower() != "sgd" or lr is None or not math.isfinite(lr):
         return None
     momentum = ctx.get("momentum")
-    if not isinstance(momentum, (int, float)) or isinstance(momentum, bool) or not 0 <= momentum < 1:
+    if not is_real(momentum) or not 0 <= momentum < 1:
         momentum = 0.0
     step = lr / (1 - momentum)
     if step < SGD_STEP_MAX or not isinstance(own, str) or not isinstance(default, float) or default <= 0:
@@ -114,7 +116,7 @@ def default_learning_rate(algo_class: type) -> float | None:
     """The learning rate an algorithm's constructor defaults to (SB3: PPO 3e-4, A2C 7e-4), if a number."""
     param = inspect.signature(algo_class).parameters.get("learning_rate")
     default = param.default if param is not None else None
-    return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else None
+    return float(default) if is_real(default) else None
 
 
 def weight_decay(ctx: dict[str, Any], minimum: float, whose: str) -> tuple[str, dict[str, Any] | None] | None:
@@ -135,7 +137,7 @@ def value_clip(ctx: dict[str, Any], maximum: float) -> tuple[str, dict[str, Any]
     much from the last rollout's, in the returns' own units, so the critic stays where it started
     and its loss, and that loss's gradient, stay at the returns' scale."""
     clip = ctx.get("clip_range_vf")
-    if not isinstance(clip, (int, float)) or isinstance(clip, bool) or not clip < maximum:
+    if not is_real(clip) or not clip < maximum:
         return None
     return (
         f"clip_range_vf {clip:.2g}: each update may move the critic's values by at most that much "
@@ -149,7 +151,7 @@ def tiny_reward_scale(ctx: dict[str, Any], maximum: float) -> tuple[str, dict[st
     1, where it is under ``maximum``: every reward, and so every advantage and value target, is
     that much smaller than the env pays, down where the optimizer's eps swallows the gradients."""
     scale = ctx.get("reward_scale")
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < maximum:
+    if not is_real(scale) or not 0 < scale < maximum:
         return None
     return (
         f"reward_scale {scale:g} multiplies every reward towards 0 before the algorithm: the advantages "

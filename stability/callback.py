@@ -32,6 +32,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_obs_shape
 
 from stability import advice, references
+from stability._numbers import is_real
 from stability.gradients import GradNormMonitor
 from stability.signals import PREFIX, SB3_KEYS, History, group_steps
 from stability.thresholds import Thresholds
@@ -135,10 +136,7 @@ class StabilityCallback(BaseCallback):
         # what every reward was multiplied by before the algorithm and after the episode recorder
         # (rlsweep's reward_scale knob): the detectors read the logged returns in the critic's units
         if reward_scale is not None and not (
-            isinstance(reward_scale, (int, float))
-            and not isinstance(reward_scale, bool)
-            and math.isfinite(reward_scale)
-            and reward_scale > 0
+            is_real(reward_scale) and math.isfinite(reward_scale) and reward_scale > 0
         ):
             raise ValueError(f"reward_scale must be a positive finite number, but got {reward_scale!r}")
         self.reward_scale = reward_scale
@@ -778,7 +776,7 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
         ctx["optimizer"] = type(optimizer).__name__
         ctx["weight_decay"] = float(optimizer.param_groups[0].get("weight_decay", 0.0))
         momentum = optimizer.param_groups[0].get("momentum")  # SGD's and RMSprop's; Adam has betas
-        if isinstance(momentum, (int, float)) and not isinstance(momentum, bool):
+        if is_real(momentum):
             ctx["momentum"] = float(momentum)
     for name in (
         "normalize_advantage",
@@ -796,7 +794,7 @@ def _context(model: Any, vecnorm: Any) -> dict[str, Any]:
             ctx[name] = value
     clip_vf = getattr(model, "clip_range_vf", None)  # PPO keeps it as a schedule: its value at the start
     clip_vf = clip_vf(1.0) if callable(clip_vf) else clip_vf
-    if isinstance(clip_vf, (int, float)) and not isinstance(clip_vf, bool):
+    if is_real(clip_vf):
         ctx["clip_range_vf"] = float(clip_vf)
     ctx["norm_reward"] = bool(vecnorm is not None and vecnorm.norm_reward)
     ctx["norm_obs"] = bool(vecnorm is not None and vecnorm.norm_obs)

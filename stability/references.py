@@ -22,6 +22,8 @@ import importlib
 import math
 from typing import Any
 
+from stability._numbers import is_real
+
 GIVEN = "given"
 
 # The wrappers that record the episode returns the detectors read (SB3's and CleanRL's)...
@@ -122,7 +124,7 @@ def limit_of(spec: Any) -> dict[str, Any]:
 def whole_steps(value: Any) -> int | None:
     """``value`` as a positive whole number of steps (an int, or a whole float: a context read back
     from JSON), else None."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf or value % 1:
+    if not is_real(value) or not 0 < value < math.inf or value % 1:
         return None
     return int(value)
 

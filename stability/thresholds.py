@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from stability._numbers import is_real
 from stability.errors import RlsweepError
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -191,7 +192,7 @@ class Thresholds:
         if isinstance(default, bool):
             if not isinstance(value, bool):
                 return [f"{name}.{key}: expected true or false, got {value!r}"]
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        elif not is_real(value) or value != value:
             return [f"{name}.{key}: expected a number, got {value!r}"]
         elif isinstance(default, int) and not float(value).is_integer():
             return [f"{name}.{key}: expected an integer, got {value!r}"]

@@ -170,7 +170,7 @@ def _periodic_eval(config: TrialConfig, reporter: Reporter, wrap: Any) -> Any:
     return PeriodicEval()
 
 
-def _stability_callback(config: TrialConfig, max_grad_norm: float | None, reward_scale: float = 1.0) -> Any:
+def _stability_callback(config: TrialConfig, max_grad_norm: float | None, reward_scale: float) -> Any:
     from stability.callback import StabilityCallback
     from stability.thresholds import Thresholds
 

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from stability import advice
+from stability._numbers import is_real
 from stability.detectors._base import (
     Detector,
     clipping_off,
@@ -329,7 +330,7 @@ def _decay_pins(history: History, t: dict[str, Any], evidence: dict[str, Any]) -
     if history.has("param_norm") or history.has("approx_kl"):
         return False  # measured: the norm decides; PPO-style: approx_kl does (see the module's text)
     decay, optimizer = history.context.get("weight_decay"), history.context.get("optimizer")
-    if not isinstance(decay, (int, float)) or isinstance(decay, bool) or decay < t["weight_decay_pins"]:
+    if not is_real(decay) or decay < t["weight_decay_pins"]:
         return False
     if str(optimizer).lower() not in _ADAPTIVE:
         return False

@@ -133,6 +133,7 @@ from typing import Any
 import numpy as np
 
 from stability import advice, keys, references
+from stability._numbers import is_real
 from stability.detectors._base import (
     Detector,
     determinism_limit,
@@ -684,7 +685,7 @@ def _target_units(ctx: dict[str, Any]) -> float:
     the algorithm), where it is a positive finite number and the rewards are not normalised (then
     the targets are in neither unit, as without the knob); 1 otherwise."""
     scale = ctx.get("reward_scale")
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or ctx.get("norm_reward"):
+    if not is_real(scale) or ctx.get("norm_reward"):
         return 1.0
     return float(scale) if math.isfinite(scale) and scale > 0 else 1.0
 

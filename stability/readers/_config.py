@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from stability import advice, references
+from stability._numbers import is_real
 from stability._yaml import read_exponents_as_floats
 from stability.readers._errors import LogReadError
 
@@ -132,7 +133,7 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
         ctx.update(_normalize(config["normalize"], where))
     kwargs = _policy_kwargs(config.get("policy_kwargs"), where)
     for start in (kwargs.get("log_std_init"), config.get("log_std_init")):  # SB3's place, then rlsweep's knob
-        if isinstance(start, (int, float)) and not isinstance(start, bool):
+        if is_real(start):
             ctx["log_std_init"] = float(start)
     options = kwargs.get("optimizer_kwargs") or {}
     if kwargs.get("optimizer_class") is not None:
@@ -141,14 +142,14 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
             # torch's own default for the class: AdamW decays by 0.01, the others not at all
             ctx["weight_decay"] = 0.01 if ctx["optimizer"] == "AdamW" else 0.0
     decay = options.get("weight_decay") if isinstance(options, Mapping) else None
-    if isinstance(decay, (int, float)) and not isinstance(decay, bool):
+    if is_real(decay):
         ctx["weight_decay"] = float(decay)
-    if isinstance(config.get("weight_decay"), (int, float)) and not isinstance(config["weight_decay"], bool):
+    if is_real(config.get("weight_decay")):
         ctx["weight_decay"] = float(config["weight_decay"])  # rlsweep's knob
     if isinstance(config.get("optimizer"), str):
         ctx["optimizer"] = config["optimizer"]  # rlsweep's knob, as written
     momentum = options.get("momentum") if isinstance(options, Mapping) else None
-    if isinstance(momentum, (int, float)) and not isinstance(momentum, bool):
+    if is_real(momentum):
         ctx["momentum"] = float(momentum)  # SGD's (and RMSprop's) momentum, as torch takes it
     if config.get("reward_scale") is not None:  # rlsweep's knob: every reward x this before the algorithm
         scale = _typed(config["reward_scale"], "reward_scale", where)
@@ -309,7 +310,7 @@ def _typed(value: Any, key: str, where: str) -> Any:
         if isinstance(value, bool):
             return value
         kind = "true or false"
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    elif is_real(value) and math.isfinite(value):
         return int(value) if key in _INTEGERS else float(value)
     elif key == "ent_coef" and isinstance(value, str) and value.startswith("auto"):
         return None  # SAC's learnt coefficient
@@ -388,7 +389,7 @@ def _defaults(algo: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     defaults = {name: param.default for name, param in inspect.signature(cls.__init__).parameters.items()}
     for name, default in defaults.items():
-        if name in _NUMBERS and isinstance(default, (int, float)) and not isinstance(default, bool):
+        if name in _NUMBERS and is_real(default):
             out[name] = float(default)
         elif name in _INTEGERS and isinstance(default, int) and not isinstance(default, bool):
             out[name] = default
