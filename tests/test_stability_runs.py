@@ -404,8 +404,9 @@ def test_spec_override_keys_reach_the_callback():
         spec = load_spec(path)
     settings = stability_settings(spec)
     config = type("C", (), {"stability": settings})()
-    callback = _stability_callback(config, None)
+    callback = _stability_callback(config, None, 0.01)
     assert callback.override_keys == ("safety_stop",) and callback.reference_return == 90.0
+    assert callback.reward_scale == 0.01
 
 
 # The quickstart's trial 4 of a clean-clone make demo (2026-12-06): gamma 0.999 with 64-step
