@@ -323,6 +323,9 @@ class Plan:
     accepted: Attempt | None = None
     skipped: list[str] = field(default_factory=list)  # patches refused by ``check``, and why
     env_broke: bool = False  # the failing trial's findings say its env handed back non-finite values
+    # it ended saying the env's own output is at fault (a reward that never varies, non-finite values
+    # after ordinary actions), which no knob reaches: "fix the env"
+    fix_env: bool = False
     _tried: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -355,7 +358,7 @@ class Plan:
             self.finish("failed", _NOT_KNOBS[self.verdict])
             return None
         if len(self.attempts) >= self.max_attempts:
-            self.finish("failed", self._exhausted())
+            self.finish("failed", *self._exhausted())
             return None
         last = self.attempts[-1] if self.attempts else None
         if last is not None and last.env_broke:
@@ -363,13 +366,14 @@ class Plan:
                 "failed",
                 f"not repaired: attempt {last.number} ({describe(last.patch)}) showed the env itself hands back "
                 "non-finite values after ordinary actions; no knob repairs that: fix the env",
+                fix_env=True,
             )
             return None
         chosen = self._extend(last) if last is not None else None
         if chosen is None:
             chosen = self._fresh_candidate()
         if chosen is None:
-            self.finish("failed", self._nothing_left())
+            self.finish("failed", *self._nothing_left())
             return None
         patch, added, why, source = chosen
         self._tried.append(patch)
@@ -377,16 +381,16 @@ class Plan:
         self.attempts.append(attempt)
         return attempt
 
-    def _nothing_left(self) -> str:
+    def _nothing_left(self) -> tuple[str, bool]:
+        """Why no candidate is left, and whether that says to fix the env."""
         if self.verdict == "degenerate_reward":
-            return (
-                "not repaired: every patch was tried; " if self.attempts else "not repairable with knobs: "
-            ) + _DEGENERATE
+            lead = "not repaired: every patch was tried; " if self.attempts else "not repairable with knobs: "
+            return lead + _DEGENERATE, True
         if self.attempts or self.strategy != "findings" or self.candidates:
-            return "no patch left to try: every candidate was tried"
+            return "no patch left to try: every candidate was tried", False
         return f"not repairable with knobs: the {self.verdict} findings carry no knob patch" + (
             " (the env handed back non-finite values after ordinary actions: fix the env)" if self.env_broke else ""
-        )
+        ), self.env_broke
 
     def _extend(self, last: Attempt) -> tuple[dict, dict, str, str] | None:
         """After a failing attempt (or a failed confirmation): keep its patch and add one more, from
@@ -457,9 +461,10 @@ class Plan:
             return False, f"healthy but returns {mean:.4g} < the failing config's {base:.4g}"
         return True, "healthy on every seed"
 
-    def _exhausted(self) -> str:
-        """Why no attempt is left: a last attempt healthy on the trial's seeds but not on fresh ones
-        is said as such (the patch worked there; the failing verdict's own limits do not apply)."""
+    def _exhausted(self) -> tuple[str, bool]:
+        """Why no attempt is left, and whether that says to fix the env: a last attempt healthy on
+        the trial's seeds but not on fresh ones is said as such (the patch worked there; the failing
+        verdict's own limits do not apply)."""
         text = f"no repair within {self.max_attempts} attempt(s)"
         last = self.attempts[-1]
         if last.confirm is not None and not last.confirm["safe"]:
@@ -467,8 +472,10 @@ class Plan:
             return (
                 f"{text}; attempt {last.number} ({describe(last.patch)}) was healthy on seeds {self.seeds} "
                 f"but not on fresh seeds {self.fresh} ({', '.join(failed)})"
-            )
-        return text + ("; " + _DEGENERATE if self.verdict == "degenerate_reward" else "")
+            ), False
+        if self.verdict == "degenerate_reward":
+            return f"{text}; {_DEGENERATE}", True
+        return text, False
 
     def confirmed(
         self,
@@ -503,9 +510,9 @@ class Plan:
             )
         return ok
 
-    def finish(self, status: str, message: str) -> None:
+    def finish(self, status: str, message: str, fix_env: bool = False) -> None:
         if self.status == "pending":
-            self.status, self.message = status, message
+            self.status, self.message, self.fix_env = status, message, fix_env
 
     def to_dict(self) -> dict[str, Any]:
         fixed = self.repaired
@@ -513,6 +520,7 @@ class Plan:
             "trial": self.origin,
             "status": self.status,
             "message": self.message,
+            "fix_env": self.fix_env,
             "strategy": self.strategy,
             "verdict_before": self.verdict,
             "returns_before": {s: round(r, 4) for s, r in sorted(self.returns.items())},

@@ -196,16 +196,17 @@ def test_a_last_attempt_healthy_only_on_the_trials_seeds_is_said_so_not_the_fail
     assert not plan.confirmed(first, {2: "degenerate_reward", 3: "healthy"}, {2: -500.0, 3: -90.0})
     assert plan.next_attempt() is None and plan.status == "failed"
     assert "attempt 1 (init_gains" in plan.message and "not on fresh seeds [2, 3] (degenerate_reward)" in plan.message
-    assert "reward never varies" not in plan.message
+    assert "reward never varies" not in plan.message and not plan.fix_env
     never_confirmed = _plan([], verdict="degenerate_reward", max_attempts=1)  # its attempt failed on its own seeds
     never_confirmed.attempts.append(rp.Attempt(1, {}, {}, "w", "x"))
     assert never_confirmed.next_attempt() is None and "reward never varies" in never_confirmed.message
+    assert never_confirmed.fix_env
 
 
 def test_what_knobs_cannot_repair_is_said_not_tried():
     degenerate = _plan([], verdict="degenerate_reward")
     assert degenerate.next_attempt() is None and degenerate.status == "failed"
-    assert "reward never varies" in degenerate.message and not degenerate.attempts
+    assert "reward never varies" in degenerate.message and not degenerate.attempts and degenerate.fix_env
     crashed = _plan([], verdict="crashed")  # an unclassified crash gets the general stabilisers
     first = crashed.next_attempt()
     assert first.source == "menu" and first.patch == {"learning_rate": 0.000233}
@@ -227,13 +228,14 @@ def test_an_env_that_broke_on_its_own_gets_no_patch_and_the_plan_says_so():
     assert not rp.env_broke(mixed) and rp.candidates(mixed)
     untried = _plan([], verdict="nan_scale", env_broke=True)
     assert untried.next_attempt() is None and not untried.attempts
-    assert "not repairable with knobs" in untried.message and "fix the env" in untried.message
+    assert "not repairable with knobs" in untried.message and "fix the env" in untried.message and untried.fix_env
     plan = _plan([{"log_std_bounds": [-5, 2], "log_std_init": 0.0}, {"learning_rate": 1e-4}], verdict="nan_scale")
     first = plan.next_attempt()
     _finish(first, ["nan_scale", "nan_scale"], [])
     first.env_broke = True
     assert plan.next_attempt() is None and plan.status == "failed" and len(plan.attempts) == 1
     assert "attempt 1 (log_std_bounds" in plan.message and "fix the env" in plan.message
+    assert plan.to_dict()["fix_env"] is True
 
 
 def test_patches_the_config_cannot_take_are_skipped_and_named():
@@ -575,25 +577,27 @@ def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
-    def row(repaired: bool, message: str, labels: list[str] | None, fresh: list[str] | None = None) -> dict[str, Any]:
+    def row(
+        repaired: bool,
+        labels: list[str] | None,
+        fresh: list[str] | None = None,
+        fix_env: bool = False,
+        verdict: str = "nan_scale",
+    ) -> dict[str, Any]:
         attempts = [] if labels is None else [{"labels": labels, "fresh_labels": fresh}]
-        return {"repaired": repaired, "message": message, "attempts": attempts}
+        # no message: a row says why through the plan's own fields, never its wording
+        return {"repaired": repaired, "fix_env": fix_env, "verdict_before": verdict, "attempts": attempts}
 
     rows = [
-        row(True, "repaired", ["healthy"] * 3),
-        row(False, "not repairable with knobs: the reward never varies ...; fix the env's reward", None),
-        row(False, "not repairable with knobs: ... (the env handed back non-finite values ...: fix the env)", None),
-        row(False, "no repair within 2 attempt(s)", ["healthy"] * 3),
-        row(False, "no repair within 2 attempt(s)", ["healthy", "stuck_value_loss", "healthy"]),
-        row(False, "no patch left to try: every candidate was tried", None),
-        row(False, "nothing to repair: rlsweep's verdict is healthy on every seed", None),
+        row(True, ["healthy"] * 3),
+        row(False, None, fix_env=True, verdict="degenerate_reward"),  # a reward that never varies
+        row(False, None, fix_env=True),  # the env handed back non-finite values
+        row(False, ["healthy"] * 3),  # attempts spent, each healthy but returning less
+        row(False, ["healthy", "stuck_value_loss", "healthy"]),
+        row(False, None),  # no patch left to try
+        row(False, None, verdict="healthy"),  # rlsweep's verdicts called every seed healthy
         # healthy on the trial's seeds but not on every fresh one: still failing, whatever it returned
-        row(
-            False,
-            "attempt 1 (...) is healthy on seeds [1, 2, 3] and on fresh seeds [4, 5, 6]",
-            ["healthy"] * 3,
-            ["healthy", "entropy_collapse", "healthy"],
-        ),
+        row(False, ["healthy"] * 3, ["healthy", "entropy_collapse", "healthy"]),
     ]
     assert [bench.why_not(r) for r in rows] == [None, "env", "env", "return", "failing", "failing", "missed", "failing"]
     line = bench._why_not("findings", rows)

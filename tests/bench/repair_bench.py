@@ -301,6 +301,7 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
                     "strategy": strategy,
                     "status": d["status"],
                     "message": d["message"],
+                    "fix_env": d["fix_env"],
                     "verdict_before": d["verdict_before"],
                     "patch": d["patch"],
                     "attempts_used": d["attempts_used"],
@@ -328,9 +329,9 @@ def why_not(row: dict[str, Any]) -> str | None:
     seed); None when repaired."""
     if row["repaired"]:
         return None
-    if "fix the env" in row["message"]:
+    if row["fix_env"]:
         return "env"
-    if not row["attempts"] and row["message"].startswith("nothing to repair"):
+    if not row["attempts"] and row["verdict_before"] == "healthy":
         return "missed"
     last = row["attempts"][-1] if row["attempts"] else None
     labels = (last["labels"] + (last.get("fresh_labels") or [])) if last else []
