@@ -94,6 +94,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "relative_fit_episode_min": 1.0e-6,
         "relative_units_max": 10.0,
         "ev_below_mean": -0.2,
+        "gaussian_ev_best_max": 0.5,
         "critic_error_off": 0.65,
         "critic_error_fit": 0.6,
         "critic_r2_max": 0.2,

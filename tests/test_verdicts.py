@@ -1025,3 +1025,44 @@ def test_a_gaussian_started_low_by_its_config_is_told_to_start_at_one_though_it_
     started_at_one = _gaussian_run(stds, flat, log_std_init=0.0)
     finding = next(f for f in judge(started_at_one).findings if f.kind == "entropy_collapse")
     assert all("log_std_init" not in p["patch"] for p in finding.patches)
+
+
+def test_a_plain_gaussian_a2c_critic_that_never_explained_half_its_targets_is_stuck_once_the_run_ends():
+    """A plain A2C-style log of a Gaussian policy whose std moves (the policy learns), its returns
+    flat, its critic's explained variance noisy about 0 and never over gaussian_ev_best_max at any
+    update (a vf_coef of 1e-6 on Pendulum with normalised rewards: a loss of 0.04 against episodes
+    of -800): stuck, certain, once the run has ended. Not where one update explained 0.7 of the
+    targets (the critic learnt their worth), nor for a discrete policy (a mastered survival env's
+    critic explains ~0 of targets that barely vary), nor while the returns rise, nor mid-run."""
+    n = 100
+
+    def plain(ev: list[float], continuous: bool = True, rising: bool = False) -> History:
+        h = History(total_steps=n * 160, context={"continuous": continuous, "algo": "A2C"})
+        for i in range(n):
+            std = 1.0 - 0.004 * i  # a quarter smaller by the end: the policy moves
+            values = {
+                "entropy": 1.4189 + math.log(std),
+                "ep_return": -800.0 + (300.0 * i / n if rising else 15.0 * math.sin(i)),
+                "ep_length": 200.0,
+                "value_loss": 0.04 + 0.005 * math.cos(i),
+                "explained_variance": ev[i],
+                "learning_rate": 7e-4,
+            }
+            if continuous:
+                values["std"] = std
+            h.add(160 * (i + 1), values)
+        return h
+
+    noisy = [0.45 * math.sin(1.7 * i) - 0.1 for i in range(n)]  # -0.55 .. 0.35, median ~ -0.1
+    verdict = judge(plain(noisy))
+    assert verdict.verdict == "stuck_value_loss"
+    stuck = verdict.findings[0]
+    assert stuck.certain and stuck.evidence["never_fit_gaussian"] and stuck.evidence["ev_best"] <= 0.5
+    assert "never over" in stuck.summary
+    once = list(noisy)
+    once[40] = 0.7
+    assert "stuck_value_loss" not in _kinds(plain(once))
+    assert "stuck_value_loss" not in _kinds(plain(noisy, continuous=False))
+    assert "stuck_value_loss" not in _kinds(plain(noisy, rising=True))
+    live = Judge().check(plain(noisy))  # mid-run: no finding of this rule is certain
+    assert not any(f.kind == "stuck_value_loss" and f.certain for f in live.findings)

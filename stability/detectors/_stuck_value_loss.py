@@ -38,6 +38,12 @@ From a plain log (no ``return_rms``), with explained variance at or below ``ev_m
 - for A2C-style logs (no approx_kl: each explained variance is one short rollout's, noisy around
   0 when healthy), once the run has ended, a window median of ``ev_below_mean`` or less (the
   critic's values further from its targets than their own mean);
+- for A2C-style logs of a Gaussian policy, once the run has ended, explained variance never over
+  ``gaussian_ev_best_max`` at any update of the run, while the returns did not rise over the
+  window and the policy is not near-deterministic (entropy_collapse's bars) at every update of
+  it: in continuous control the returns vary with the state, and a critic that learns their worth
+  explains most of their variance at some update, however noisy each short rollout's number (a
+  discrete survival env's targets barely vary once mastered: not read there);
 - once the run has ended, a loss that has not fallen, from a critic that has not fit (explained
   variance at or under ``ev_max`` at every update of a PPO-style log's last window; at or under it
   in the window's median of an A2C-style one), whose square root is at least ``critic_error_off``
@@ -138,6 +144,7 @@ from stability.detectors._base import (
     Detector,
     determinism_limit,
     determinism_series,
+    is_continuous,
     median,
     progress,
     returns_rose,
@@ -248,6 +255,11 @@ class StuckValueLoss(Detector):
             )
         elif evidence.get("ev_below_mean"):
             message = f"explained variance stays {ev:.2f}: the critic is further off its targets than their mean"
+        elif evidence.get("never_fit_gaussian"):
+            message = (
+                f"explained variance stays {ev:.2f} and was never over {evidence['ev_best']:.2f} at any update: "
+                "the critic has not learnt what the states are worth"
+            )
         else:
             message = f"value loss has not fallen ({early:.3g} -> {late:.3g}) and explained variance stays {ev:.2f}"
         unreferenced = _reference_advice(history, learned, final)
@@ -379,7 +391,26 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
     if worse_than_mean and not big and not level_off and not untrained:
         evidence["ev_below_mean"] = True  # what decided: the message says so
         _unsure_below_floor(episode, t, evidence)
-    return big or worse_than_mean or level_off or untrained
+    # A Gaussian policy's critic (continuous control, where the returns vary with the state: a
+    # pendulum's angle, a car's position) that never explained gaussian_ev_best_max of its targets'
+    # variance at any update of the whole run, once the run has ended, beside returns that did not
+    # rise over the window and a policy that is not near-deterministic: short rollouts make each
+    # value noisy, but a critic that learns the state's worth explains most of it at some update.
+    # (Not a discrete policy's: a survival env's targets barely vary once it is mastered, and a
+    # critic at their level explains ~0 of them; nor one that only acts one way, whose episodes
+    # are alike.)
+    never_fit_gaussian = (
+        final
+        and is_continuous(history)
+        and math.isfinite(best_ev)
+        and best_ev <= t["gaussian_ev_best_max"]
+        and not returns_rose(history, w)
+        and not _deterministic_throughout(history, t, w)
+    )
+    if never_fit_gaussian and not (big or worse_than_mean or level_off or untrained):
+        evidence["never_fit_gaussian"] = True  # what decided: the message says so
+        _unsure_below_floor(episode, t, evidence)
+    return big or worse_than_mean or level_off or untrained or never_fit_gaussian
 
 
 RETURN_RECORDS = 3  # records read at each end of a run for its return there
