@@ -1033,7 +1033,8 @@ def test_a_plain_gaussian_a2c_critic_that_never_explained_half_its_targets_is_st
     update (a vf_coef of 1e-6 on Pendulum with normalised rewards: a loss of 0.04 against episodes
     of -800): stuck, certain, once the run has ended. Not where one update explained 0.7 of the
     targets (the critic learnt their worth), nor for a discrete policy (a mastered survival env's
-    critic explains ~0 of targets that barely vary), nor while the returns rise, nor mid-run."""
+    critic explains ~0 of targets that barely vary), nor while the returns rise or with none logged,
+    nor mid-run."""
     n = 100
 
     def plain(ev: list[float], continuous: bool = True, rising: bool = False) -> History:
@@ -1064,5 +1065,8 @@ def test_a_plain_gaussian_a2c_critic_that_never_explained_half_its_targets_is_st
     assert "stuck_value_loss" not in _kinds(plain(once))
     assert "stuck_value_loss" not in _kinds(plain(noisy, continuous=False))
     assert "stuck_value_loss" not in _kinds(plain(noisy, rising=True))
+    unseen = plain(noisy)  # no episode logged: nothing says the returns did not rise
+    del unseen.series["ep_return"]
+    assert "stuck_value_loss" not in _kinds(unseen)
     live = Judge().check(plain(noisy))  # mid-run: no finding of this rule is certain
     assert not any(f.kind == "stuck_value_loss" and f.certain for f in live.findings)

@@ -404,6 +404,7 @@ def _stuck_by_loss(history: History, t: dict[str, Any], w: int, evidence: dict[s
         and is_continuous(history)
         and math.isfinite(best_ev)
         and best_ev <= t["gaussian_ev_best_max"]
+        and bool(returns)  # the window's episodes, whose returns must be seen not to rise
         and not returns_rose(history, w)
         and not _deterministic_throughout(history, t, w)
     )
