@@ -24,7 +24,7 @@ demo: install
 # and contract tests on both backends, quick sweeps with real MLflow, Optuna and Ray); `make
 # test-slow` is the slow ones (the reports' reproductions trained to their verdicts, whole Ray
 # sweeps and a Ray cluster losing and gaining nodes, an MLflow server outage, repair end to end;
-# about 11 minutes). Both run in TEST_WORKERS processes (pytest-xdist), a test file to a process at
+# about 14 minutes). Both run in TEST_WORKERS processes (pytest-xdist), a test file to a process at
 # a time. CI (.ci/run) runs both; `make test-all` runs them as one session, in one process.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
