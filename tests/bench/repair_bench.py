@@ -183,6 +183,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
         "strategy": strategy,
         "labels_before": item["labels"],
         "verdicts_before": {s: v["verdict"] for s, v in item["verdicts"].items()},
+        "verdict_before": plan.verdict,  # the seeds' worst: what the plan repairs ("healthy": nothing)
         "return_before": plan.baseline,
         "attempts": [],
         "runs": 0,
@@ -237,6 +238,7 @@ def repair_case(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
             break
     record["status"] = plan.status
     record["message"] = plan.message
+    record["fix_env"] = plan.fix_env
     record["repaired_by_verdict"] = plan.status == "repaired"
     record["repaired"] = plan.status == "repaired" and truth_ok  # by the independent labels
     record["attempts_used"] = len(plan.attempts)
