@@ -303,7 +303,6 @@ def repair_repro(name: str) -> list[dict[str, Any]]:
                     "strategy": strategy,
                     "status": d["status"],
                     "message": d["message"],
-                    "fix_env": d["fix_env"],
                     "verdict_before": d["verdict_before"],
                     "patch": d["patch"],
                     "attempts_used": d["attempts_used"],
