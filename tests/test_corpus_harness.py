@@ -57,6 +57,27 @@ def test_a_run_whose_measurement_rollout_failed_is_unmeasured_not_healthy():
     assert labels.label(_run(nonfinite), 100.0) == "nan_scale"
 
 
+def test_a_run_the_reference_rules_would_label_is_unmeasured_without_a_reference_return():
+    nan = float("nan")
+    measured = {"start": _fit(0.1), "half": _fit(0.1), "end": _fit(0.1)}
+    off = {"start": _fit(0.9), "half": _fit(0.9), "end": dict(_fit(0.9), r2=0.0)}
+    # a critic off its targets: stuck when the policy did not get half way to the reference,
+    # a lagging critic when it did, and undecidable when the env's reference case has no run
+    assert labels.label(_run(off), 100.0) == "stuck_value_loss"
+    assert labels.label(_run(off), 15.0) == "healthy"
+    assert labels.label(_run(off), nan) == "unmeasured"
+    assert labels.label(_run(off), None) == "unmeasured"
+    collapsed = _run(measured)
+    collapsed["measurements"]["determinism"] = [0.5, 0.01, 0.01]
+    assert labels.label(collapsed, 100.0) == "entropy_collapse"
+    assert labels.label(collapsed, nan) == "unmeasured"
+    # a run neither rule would touch needs no reference, and an earlier rule still labels
+    assert labels.label(_run(measured), nan) == "healthy"
+    dead = _run(off)
+    dead["measurements"]["kl_from_start"] = [0.0, 0.001, 0.001]
+    assert labels.label(dead, nan) == "dead_policy_gradient"
+
+
 def test_a_dict_observation_episode_cut_by_its_time_limit_is_measured():
     def make() -> gym.Env:
         return DictObservation(gym.make("CartPole-v1", max_episode_steps=5), horizon=5)

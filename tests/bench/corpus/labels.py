@@ -75,7 +75,9 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
             # is the hard negative "a critic lagging a fast-improving policy", not a failure
             and not (reference_return is not None and learned(rollouts, reference_return))
         )
-    collapse = _collapsed(m) and reference_return is not None and stalled(rollouts, reference_return)
+    referenced = reference_return is not None and math.isfinite(reference_return)
+    collapsed = _collapsed(m)
+    collapse = collapsed and reference_return is not None and referenced and stalled(rollouts, reference_return)
     return {
         "nan_scale": nonfinite,
         "exploding_updates": exploding,
@@ -87,17 +89,24 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
         # a measurement rollout that failed for another reason (a bug of the harness, not the
         # run's): the rules that read rollouts cannot be decided
         "unmeasured": not nonfinite and any("error" in r for r in rollouts.values()),
+        # rule 5's excuse and rule 6's bar are measured against the env's reference return; when
+        # its case has no run to measure, a critic off its targets or a collapsed policy cannot be
+        # told from one that learned (labelling it healthy, or stuck, would be a guess)
+        "unreferenced": not referenced and bool(stuck or collapsed),
     }
 
 
 def label(run: dict[str, Any], reference_return: float | None) -> str:
     """The first rule that holds, in ``ORDER`` (causes before consequences), else healthy;
     ``crash`` for a run that raised something other than a non-finite error; ``unmeasured`` when a
-    measurement rollout failed and no rule before the first that reads rollouts holds (its label
-    cannot be decided, and defaulting to healthy would be a wrong label)."""
+    measurement rollout failed and no rule before the first that reads rollouts holds, or when
+    rule 5 or 6 would need the env's reference return and it has none (the label cannot be
+    decided, and defaulting to healthy would be a wrong label)."""
     found = facts(run, reference_return)
     for kind in ORDER:
         if kind == "degenerate_reward" and found["unmeasured"]:
+            return "unmeasured"
+        if kind == "stuck_value_loss" and found["unreferenced"]:
             return "unmeasured"
         if found[kind]:
             return kind

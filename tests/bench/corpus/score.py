@@ -307,7 +307,14 @@ def score(
                 row["sweep_reached"] = reached_at(history, thresholds, verdict.verdict)
                 row["budget"] = history.total_steps
         rows.append(row)
-    return {"rows": rows, "references": refs, "paths": {p: _metrics(rows, p) for p in PATHS}}
+    # an env whose reference case has no run: rules 5 and 6 cannot be decided on its runs
+    unreferenced = sorted({r["env"] for r in rows if not math.isfinite(refs.get(r["env"], math.nan))})
+    return {
+        "rows": rows,
+        "references": refs,
+        "unreferenced": unreferenced,
+        "paths": {p: _metrics(rows, p) for p in PATHS},
+    }
 
 
 def _metrics(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
@@ -404,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {c:22s} P={v['precision']:.2f} R={v['recall']:.2f} (n={v['support']}, predicted {v['predicted']})"
             )
+    if result["unreferenced"]:
+        print(
+            f"\nno run of the reference case of {', '.join(result['unreferenced'])}: their runs that a "
+            "critic or collapse rule would label are unmeasured (train it: run.py --only CASE)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return 0
