@@ -568,14 +568,19 @@ def test_repair_a_handed_over_config(write_spec, cli, workdir):
     assert both.returncode == 2 and "not both" in both.stderr
 
 
-def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
-    """The benchmark's summary splits the unrepaired cases by why (the env's own fault, healthy but
-    returning less, still failing) and gives the rate over the failures a knob can reach."""
+def _repair_bench() -> Any:
     path = Path(__file__).resolve().parent / "bench" / "repair_bench.py"
     spec = importlib.util.spec_from_file_location("repair_bench", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
+    """The benchmark's summary splits the unrepaired cases by why (the env's own fault, healthy but
+    returning less, still failing) and gives the rate over the failures a knob can reach."""
+    bench = _repair_bench()
 
     def row(
         repaired: bool,
@@ -603,3 +608,61 @@ def test_the_repair_benchmark_says_why_each_case_was_not_repaired() -> None:
     line = bench._why_not("findings", rows)
     assert "2 the env's own fault" in line and "1 never tried" in line and "1 labelled healthy" in line
     assert "3 still failing" in line and line.endswith("of the 6 failures a knob can reach, 1 repaired (17%)")
+
+
+def test_the_repair_benchmarks_corpus_rows_carry_what_its_report_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A corpus case's row, built by the attempt loop with training faked: the first patch offered
+    is tried on the trial's seeds, confirmed on fresh ones, and judged by the labels; a case whose
+    env handed back NaNs is not attempted and says so. ``why_not`` reads exactly these rows."""
+    bench = _repair_bench()
+    tried: list[tuple[str, int]] = []
+
+    def train(case: dict[str, Any], patch: dict[str, Any], seed: int, folder: Path) -> dict[str, Any]:
+        tried.append((json.dumps(patch, sort_keys=True), seed))
+        ok = patch == {"normalize": {"reward": True}}
+        verdict = {"verdict": "healthy" if ok else "stuck_value_loss", "findings": []}
+        return {"verdict": verdict, "error": None, "seconds": 1.0, "label": "healthy", "return": 50.0 if ok else 5.0}
+
+    monkeypatch.setattr(bench, "_train", train)
+    case = {
+        "id": "fake_stuck",
+        "class": "stuck_value_loss",
+        "mechanism": "huge_returns",
+        "algo": "A2C",
+        "policy": "MlpPolicy",
+        "env": {"id": "CartPole-v1", "n_envs": 1},
+        "total_timesteps": 1000,
+        "hyperparams": {"learning_rate": 0.001},
+    }
+    stuck = {
+        "kind": "stuck_value_loss",
+        "certain": True,
+        "evidence": {},
+        "patches": [{"patch": {"normalize": {"reward": True}}, "why": "returns in the thousands"}],
+    }
+    item = {
+        "case": case,
+        "labels": ["stuck_value_loss"] * 3,
+        "reference": 40.0,
+        "verdicts": {s: {"verdict": "stuck_value_loss", "findings": [stuck]} for s in (1, 2, 3)},
+        "returns": {1: 5.0, 2: 6.0, 3: 4.0},
+    }
+    row = bench.repair_case((item, "findings"))
+    assert row["verdict_before"] == "stuck_value_loss" and row["fix_env"] is False
+    assert row["status"] == "repaired" and row["repaired"] and row["attempts_used"] == 1
+    (attempt,) = row["attempts"]
+    assert attempt["labels"] == ["healthy"] * 3 and attempt["fresh_labels"] == ["healthy"] * 3
+    assert attempt["labels_healthy"] and row["runs"] == 6
+    assert sorted(seed for _, seed in tried) == bench.SEEDS + bench.FRESH
+    assert bench.why_not(row) is None
+
+    sensor = {"kind": "nan_scale", "certain": True, "evidence": {"env_nonfinite_obs": 1}, "patches": []}
+    broke = dict(
+        item,
+        labels=["nan_scale"] * 3,
+        verdicts={s: {"verdict": "nan_scale", "findings": [sensor]} for s in (1, 2, 3)},
+    )
+    tried.clear()
+    row = bench.repair_case((broke, "findings"))
+    assert row["fix_env"] is True and row["verdict_before"] == "nan_scale" and not row["repaired"]
+    assert row["attempts"] == [] and tried == [] and bench.why_not(row) == "env"
