@@ -361,6 +361,29 @@ def test_spikes_of_a_near_deterministic_policy_are_not_exploding_updates(series)
     assert judge(h).verdict == "exploding_updates"
 
 
+def test_a_first_update_that_saturated_the_untrained_policy_is_an_exploding_update():
+    """A plain PPO log (no weights' norm): Adam at 300x its default moves the untrained CartPole
+    policy by 14 nats in its first update, saturates its logits, and nothing moves after (approx_kl
+    0, entropy 1e-12). The collapse is the update's doing, said once the run has ended; a policy
+    near-deterministic before its first update, or one that explored again, is not."""
+    n = 16
+    returns = [18.5 + 0.3 * (i % 3) for i in range(n)]
+    blown = ppo_history(n, approx_kl=[14.3] + [0.0] * (n - 1), entropy=[0.016] + [1e-12] * (n - 1), ep_return=returns)
+    verdict = judge(blown)
+    assert verdict.verdict == "exploding_updates"
+    (found,) = [f for f in verdict.findings if f.kind == "exploding_updates"]
+    assert found.evidence["first_update_saturated"] == pytest.approx(14.3)
+    assert "entropy_collapse" in {f.kind for f in verdict.findings}  # the consequence, still said
+    # judged before the run has ended, the collapse is all that is certain
+    assert not any(f.certain for f in classify(blown).findings if f.kind == "exploding_updates")
+    # a first move of a few nats is no blow-up, whatever followed
+    small = ppo_history(n, approx_kl=[3.0] + [0.0] * (n - 1), entropy=[0.016] + [1e-12] * (n - 1), ep_return=returns)
+    assert judge(small).verdict == "entropy_collapse"
+    # the policy explored again after the first update: one large update, a warning
+    back = ppo_history(n, approx_kl=[14.3] + [5e-3] * (n - 1), entropy=[0.016] * 3 + [0.5] * (n - 3), ep_return=returns)
+    assert judge(back).verdict != "exploding_updates"
+
+
 def test_a_large_weight_move_counts_in_a_ppo_run_only_when_the_policy_moved_with_it():
     """RecurrentPPO at lr 0.01 moves its weights by over half their norm in an update while the
     clipped objective keeps approx_kl near 0.01: such runs learned. Without a KL (A2C) the weight

@@ -18,7 +18,11 @@ output layer of a large scale a tiny update moves the mean by many std (see ``_w
 An approx_kl or update_ratio hit at an update where the policy was already near-deterministic
 does not count: between two near-deterministic policies (saturated logits, a Gaussian std near
 0) a small move is a huge KL, the logits grow with every step that sharpens them further, and
-the collapse that caused both is ``entropy_collapse``'s to name. Healthy runs do
+the collapse that caused both is ``entropy_collapse``'s to name. The run's first update is the
+exception: it moved the untrained policy, and where that move was ``kl_max`` nats or more and the
+policy stayed near-deterministic at every record after it, one update blew it up (certain once
+the run has ended: a saturated policy's gradient is ~0, so no later update can show more, and a
+plain log has no weights' norm to). Healthy runs do
 see gradient norms grow as returns grow, by 10-100x; three orders of magnitude is beyond that.
 
 Where the callback recorded the weights' norm (``param_norm``, and ``param_norm_start`` in the
@@ -40,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from stability import advice
-from stability.detectors._base import Detector, clipping_off, median, near_deterministic, weights_start
+from stability.detectors._base import (
+    Detector,
+    clipping_off,
+    determinism_limit,
+    determinism_series,
+    median,
+    near_deterministic,
+    weights_start,
+)
 from stability.findings import Finding
 from stability.signals import History
 
@@ -74,6 +86,7 @@ class ExplodingUpdates(Detector):
                 evidence[f"{name}_baseline_median"] = base
                 evidence[f"{name}_max"] = float(values[late].max())
         collapsed: set[int] | None = None
+        first = 0  # the run's first update (its index)
         # The update's own size against the weights it moved (the callback's update_ratio): no
         # baseline, since a healthy update moves the weights by a few percent of their norm at most.
         # approx_kl: the new policy barely resembles the old one.
@@ -90,7 +103,8 @@ class ExplodingUpdates(Detector):
                     t["deterministic_std"],
                     t["deterministic_entropy_drop"],
                 )
-            keep = np.array([int(i) not in collapsed for i in indices]) & big
+            # the run's first update moved the untrained policy, which no near-determinism excuses
+            keep = np.array([int(i) not in collapsed or int(i) == first for i in indices]) & big
             if (big & ~keep).any():
                 evidence[f"{name}_hits_near_deterministic"] = int((big & ~keep).sum())
             if name == "update_ratio" and history.has("approx_kl"):
@@ -106,6 +120,9 @@ class ExplodingUpdates(Detector):
             if keep.any():
                 hits.extend((int(i), name) for i in indices[keep])
                 evidence[f"{name}_max"] = float(values[keep].max())
+            if final and name == "approx_kl" and keep.any() and int(indices[keep][0]) == first:
+                if _saturated_from(history, first, collapsed, t):
+                    evidence["first_update_saturated"] = float(values[keep][0])
         growth = _weights_growth(history, t["param_growth"])
         crossed = growth[1] if growth is not None else None  # the update the weights reached the limit at
         if crossed is not None:
@@ -121,6 +138,10 @@ class ExplodingUpdates(Detector):
             # one update that moved the weights by update_ratio_certain of their norm multiplied
             # that norm by at least update_ratio_certain - 1: a blow-up on its own, however short the run
             blowup = evidence.get("update_ratio_max", 0.0) >= t["update_ratio_certain"]
+            # likewise, once the run has ended, one first update that moved the untrained policy by
+            # kl_max nats and left it near-deterministic at every record since: one step saturated
+            # it, and the run had no later move left to show (a saturated policy's gradient is ~0)
+            blowup = blowup or "first_update_saturated" in evidence
             certain = len({i for i, _ in hits}) >= t["min_hits"] or blowup
         signals = sorted({name for _, name in hits})
         ctx, lr = history.context, history.values("learning_rate")
@@ -155,6 +176,17 @@ class ExplodingUpdates(Detector):
             certain=certain,
             patches=patches,
         )
+
+
+def _saturated_from(history: History, first: int, collapsed: set[int], t: dict[str, Any]) -> bool:
+    """The policy was near-deterministic at ``first`` and at every record of its determinism since."""
+    found = determinism_limit(
+        history, t["deterministic_entropy_fraction"], t["deterministic_std"], t["deterministic_entropy_drop"]
+    )
+    if found is None:
+        return False
+    later = {int(i) for i in determinism_series(history, found[0])[0] if i >= first}
+    return first in collapsed and later <= collapsed
 
 
 def _weights_growth(history: History, limit: float) -> tuple[float, int | None] | None:
