@@ -75,9 +75,9 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
             # is the hard negative "a critic lagging a fast-improving policy", not a failure
             and not (reference_return is not None and learned(rollouts, reference_return))
         )
-    referenced = reference_return is not None and math.isfinite(reference_return)
+    reference = reference_return if reference_return is not None and math.isfinite(reference_return) else None
     collapsed = _collapsed(m)
-    collapse = collapsed and reference_return is not None and referenced and stalled(rollouts, reference_return)
+    collapse = collapsed and reference is not None and stalled(rollouts, reference)
     return {
         "nan_scale": nonfinite,
         "exploding_updates": exploding,
@@ -92,7 +92,7 @@ def facts(run: dict[str, Any], reference_return: float | None) -> dict[str, bool
         # rule 5's excuse and rule 6's bar are measured against the env's reference return; when
         # its case has no run to measure, a critic off its targets or a collapsed policy cannot be
         # told from one that learned (labelling it healthy, or stuck, would be a guess)
-        "unreferenced": not referenced and bool(stuck or collapsed),
+        "unreferenced": reference is None and bool(stuck or collapsed),
     }
 
 
