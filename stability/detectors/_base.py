@@ -185,6 +185,20 @@ def near_deterministic(history: History, entropy_fraction: float, std_max: float
         return {int(i) for i in indices[np.isfinite(values) & (values < limit)]}
 
 
+def near_deterministic_since(
+    history: History, start: int, entropy_fraction: float, std_max: float, entropy_drop: float
+) -> bool:
+    """The policy was near-deterministic (see :func:`determinism_limit`) at every update from index
+    ``start`` on that logged its entropy or std, and at least one did."""
+    found = determinism_limit(history, entropy_fraction, std_max, entropy_drop)
+    if found is None:
+        return False
+    indices, values = determinism_series(history, found[0])
+    inside = indices >= start
+    with np.errstate(invalid="ignore"):
+        return bool(inside.any()) and bool(np.all(values[inside] < found[1]))
+
+
 def returns_rose(history: History, w: int, at_best: bool = False) -> bool:
     """Episode returns rose from the first window to the last by most of their range and by
     over 10% of their own size (noise does neither); with ``at_best``, they also sit near their best."""

@@ -47,10 +47,9 @@ from stability import advice
 from stability.detectors._base import (
     Detector,
     clipping_off,
-    determinism_limit,
-    determinism_series,
     median,
     near_deterministic,
+    near_deterministic_since,
     weights_start,
 )
 from stability.findings import Finding
@@ -121,7 +120,14 @@ class ExplodingUpdates(Detector):
                 hits.extend((int(i), name) for i in indices[keep])
                 evidence[f"{name}_max"] = float(values[keep].max())
             if final and name == "approx_kl" and keep.any() and int(indices[keep][0]) == first:
-                if _saturated_from(history, first, collapsed, t):
+                # near-deterministic at the first update and at every record since
+                if first in collapsed and near_deterministic_since(
+                    history,
+                    first,
+                    t["deterministic_entropy_fraction"],
+                    t["deterministic_std"],
+                    t["deterministic_entropy_drop"],
+                ):
                     evidence["first_update_saturated"] = float(values[keep][0])
         growth = _weights_growth(history, t["param_growth"])
         crossed = growth[1] if growth is not None else None  # the update the weights reached the limit at
@@ -176,17 +182,6 @@ class ExplodingUpdates(Detector):
             certain=certain,
             patches=patches,
         )
-
-
-def _saturated_from(history: History, first: int, collapsed: set[int], t: dict[str, Any]) -> bool:
-    """The policy was near-deterministic at ``first`` and at every record of its determinism since."""
-    found = determinism_limit(
-        history, t["deterministic_entropy_fraction"], t["deterministic_std"], t["deterministic_entropy_drop"]
-    )
-    if found is None:
-        return False
-    later = {int(i) for i in determinism_series(history, found[0])[0] if i >= first}
-    return first in collapsed and later <= collapsed
 
 
 def _weights_growth(history: History, limit: float) -> tuple[float, int | None] | None:

@@ -142,10 +142,9 @@ from stability import advice, keys, references
 from stability._numbers import is_real
 from stability.detectors._base import (
     Detector,
-    determinism_limit,
-    determinism_series,
     is_continuous,
     median,
+    near_deterministic_since,
     progress,
     returns_rose,
     window_size,
@@ -557,15 +556,13 @@ def _learned_message(ctx: dict[str, Any], evidence: dict[str, Any]) -> str:
 def _deterministic_throughout(history: History, t: dict[str, Any], w: int) -> bool:
     """The policy near-deterministic (entropy_collapse's bars) at every update of the last window
     that logged its entropy or std."""
-    found = determinism_limit(
-        history, t["deterministic_entropy_fraction"], t["deterministic_std"], t["deterministic_entropy_drop"]
+    return near_deterministic_since(
+        history,
+        len(history) - w,
+        t["deterministic_entropy_fraction"],
+        t["deterministic_std"],
+        t["deterministic_entropy_drop"],
     )
-    if found is None:
-        return False
-    indices, values = determinism_series(history, found[0])
-    inside = indices >= len(history) - w
-    with np.errstate(invalid="ignore"):
-        return bool(inside.any()) and bool(np.all(values[inside] < found[1]))
 
 
 def _unsure_below_floor(episode: float, t: dict[str, Any], evidence: dict[str, Any], constant: bool = False) -> None:
