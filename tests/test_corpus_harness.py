@@ -78,6 +78,28 @@ def test_a_run_the_reference_rules_would_label_is_unmeasured_without_a_reference
     assert labels.label(dead, nan) == "dead_policy_gradient"
 
 
+def test_a_run_that_repeats_an_earlier_split_s_training_is_named_and_left_out_of_the_distinct_score():
+    import score
+
+    def run(case: str, seed: int, kl: list[float]) -> dict:
+        out = _run({})
+        out.update(case=case, seed=seed, algo="A2C")
+        out["measurements"]["kl_from_start"] = kl
+        return out
+
+    later = "cartpole_wide_scaled_a2c_vanishing_advantages"  # fresh73, written after fresh71's twin
+    earlier = "cartpole_short_scaled_a2c_vanishing_advantages"
+    same = [0.0, 0.00123, 0.00456]
+    runs = [
+        run(later, 1, [0.0, 0.001234, 0.004561]),  # the same to 3 digits: the same training
+        run(earlier, 1, same),
+        run(later, 2, same),  # another seed is another training
+        run(earlier, 3, same),
+        run(later, 3, [0.0, 0.00124, 0.00456]),  # a digit apart
+    ]
+    assert score.repeats(runs) == {f"{later}__s1": f"{earlier}__s1"}
+
+
 def test_a_dict_observation_episode_cut_by_its_time_limit_is_measured():
     def make() -> gym.Env:
         return DictObservation(gym.make("CartPole-v1", max_episode_steps=5), horizon=5)

@@ -18,6 +18,13 @@ table of arguments does; an SB3 log does not).
 
 Each path also counts the knob patches its verdicts advise, and how many of them set a value
 the run already had (the callback's record of the live model decides that).
+
+A run can repeat another: a case that follows an earlier split's by a written rule trains the same
+policy when the changed values do not reach it (a reward scaled by 2.6e-8 makes every CartPole
+variant one run; a gradient clip of 1e-9 or a weight decay that pins the weights, likewise). Such a
+run is not held out from the detectors that were changed with its twin in view, so each score is
+also given over the ``distinct`` runs: those whose training trajectory (:func:`trajectory`)
+no run of an earlier split, or an earlier run of the same split, already had.
 """
 
 from __future__ import annotations
@@ -151,6 +158,35 @@ def load_runs(root: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def trajectory(run: dict[str, Any]) -> tuple[Any, ...]:
+    """What a run's training did, from its privileged measurements alone: the algorithm, the seed,
+    and the policy's KL from its start and the weights' norm at every snapshot, each to 3
+    significant digits. Two runs with the same are the same training, whatever their cases say."""
+    m = run["measurements"]
+
+    def digits(values: list[float | None]) -> tuple[str, ...]:
+        return tuple(f"{v:.3g}" if v is not None and math.isfinite(v) else "nan" for v in values)
+
+    return (run["algo"], run["seed"], digits(m["kl_from_start"]), digits(m["param_norm"]))
+
+
+def repeats(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """``CASE__sN`` of each run whose :func:`trajectory` an earlier run already had -> that run's
+    name; earlier is an earlier split in the order they were written, then by case and seed."""
+    splits = {c["id"]: c["split"] for c in load_cases()}
+    order = sorted(
+        (_WRITTEN.index(splits[r["case"]]), r["case"], r["seed"], r) for r in runs if splits.get(r["case"]) in _WRITTEN
+    )
+    first: dict[tuple[Any, ...], str] = {}
+    out = {}
+    for _, case, seed, run in order:
+        name = f"{case}__s{seed}"
+        twin = first.setdefault(trajectory(run), name)
+        if twin != name:
+            out[name] = twin
+    return out
+
+
 def sweep_history(run: dict[str, Any]) -> History | None:
     h = run.get("history")
     if not h:
@@ -272,6 +308,7 @@ def score(
 ) -> dict[str, Any]:
     cases = {c["id"]: c for c in load_cases()}
     refs = references(runs)
+    twins = repeats(runs)
     rows = []
     for run in runs:
         case = cases.get(run["case"])
@@ -292,6 +329,7 @@ def score(
             "env": run["env"],
             "split": case["split"],
             "learned": learned,
+            "repeats": twins.get(f"{run['case']}__s{run['seed']}"),
         }
         had = (run.get("history") or {}).get("context") or {}
         for path, history in (
@@ -317,6 +355,7 @@ def score(
         "references": refs,
         "unreferenced": unreferenced,
         "paths": {p: _metrics(rows, p) for p in PATHS},
+        "distinct": {p: _metrics([r for r in rows if not r["repeats"]], p) for p in PATHS},
     }
 
 
@@ -414,6 +453,13 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {c:22s} P={v['precision']:.2f} R={v['recall']:.2f} (n={v['support']}, predicted {v['predicted']})"
             )
+    repeated = sorted(f"{r['case']}__s{r['seed']} = {r['repeats']}" for r in result["rows"] if r["repeats"])
+    if repeated:
+        print(f"\n{len(repeated)} runs repeat an earlier run's training (see trajectory()):")
+        for line in repeated:
+            print(f"  {line}")
+    for path, m in result["distinct"].items():
+        print(f"[{args.split}] {path}, distinct runs only: {m['runs']} runs, accuracy {m['accuracy']:.3f}")
     if result["unreferenced"]:
         print(
             f"\nno run of the reference case of {', '.join(result['unreferenced'])}: their runs that a "
