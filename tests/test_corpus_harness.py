@@ -84,18 +84,24 @@ def test_a_run_that_repeats_an_earlier_split_s_training_is_named_and_left_out_of
     def run(case: str, seed: int, kl: list[float]) -> dict:
         out = _run({})
         out.update(case=case, seed=seed, algo="A2C")
-        out["measurements"]["kl_from_start"] = kl
+        out["measurements"].update(kl_from_start=kl, param_norm=[10.0, 10.5, 11.0, 11.5][: len(kl)])
         return out
 
     later = "cartpole_wide_scaled_a2c_vanishing_advantages"  # fresh73, written after fresh71's twin
     earlier = "cartpole_short_scaled_a2c_vanishing_advantages"
-    same = [0.0, 0.00123, 0.00456]
+    same = [0.0, 0.00123, 0.00456, 0.0081]
+    frozen = [0.0, 0.0, 1e-6, 0.0]
     runs = [
-        run(later, 1, [0.0, 0.001234, 0.004561]),  # the same to 3 digits: the same training
+        run(later, 1, [0.0, 0.001234, 0.004561, 0.008104]),  # the same to 3 digits: the same training
         run(earlier, 1, same),
         run(later, 2, same),  # another seed is another training
         run(earlier, 3, same),
-        run(later, 3, [0.0, 0.00124, 0.00456]),  # a digit apart
+        run(later, 3, [0.0, 0.00124, 0.00456, 0.0081]),  # a digit apart
+        # a policy that never moved, or a run that blew up at once, tells no training from another
+        run(earlier, 4, frozen),
+        run(later, 4, frozen),
+        run(earlier, 5, [0.0, 0.0, float("inf")]),
+        run(later, 5, [0.0, 0.0, float("inf")]),
     ]
     assert score.repeats(runs) == {f"{later}__s1": f"{earlier}__s1"}
 

@@ -21,10 +21,10 @@ the run already had (the callback's record of the live model decides that).
 
 A run can repeat another: a case that follows an earlier split's by a written rule trains the same
 policy when the changed values do not reach it (a reward scaled by 2.6e-8 makes every CartPole
-variant one run; a gradient clip of 1e-9 or a weight decay that pins the weights, likewise). Such a
-run is not held out from the detectors that were changed with its twin in view, so each score is
-also given over the ``distinct`` runs: those whose training trajectory (:func:`trajectory`)
-no run of an earlier split, or an earlier run of the same split, already had.
+variant's A2C one run). Such a run is not held out from the detectors that were changed with its
+twin in view, so each score is also given over the ``distinct`` runs: those whose training
+trajectory (:func:`trajectory`) no run of an earlier split, or an earlier run of the same split,
+already had.
 """
 
 from __future__ import annotations
@@ -158,11 +158,21 @@ def load_runs(root: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def trajectory(run: dict[str, Any]) -> tuple[Any, ...]:
+TRAJECTORY_MIN_SNAPSHOTS = 3  # finite KL values past the start, for a trajectory to tell runs apart
+TRAJECTORY_MIN_KL = 1e-3  # nats: a policy that never got this far from its start looks like any other
+
+
+def trajectory(run: dict[str, Any]) -> tuple[Any, ...] | None:
     """What a run's training did, from its privileged measurements alone: the algorithm, the seed,
     and the policy's KL from its start and the weights' norm at every snapshot, each to 3
-    significant digits. Two runs with the same are the same training, whatever their cases say."""
+    significant digits. Two runs with the same are the same training, whatever their cases say.
+    None where the trajectory cannot tell runs apart: a run that blew up before its third
+    snapshot, or a policy that never moved (two frozen policies of one seed have the same
+    trajectory whatever their learning rates, and their logs differ)."""
     m = run["measurements"]
+    kl = [v for v in m["kl_from_start"][1:] if v is not None and math.isfinite(v)]
+    if len(kl) < TRAJECTORY_MIN_SNAPSHOTS or max(kl) < TRAJECTORY_MIN_KL:
+        return None
 
     def digits(values: list[float | None]) -> tuple[str, ...]:
         return tuple(f"{v:.3g}" if v is not None and math.isfinite(v) else "nan" for v in values)
@@ -175,13 +185,18 @@ def repeats(runs: list[dict[str, Any]]) -> dict[str, str]:
     name; earlier is an earlier split in the order they were written, then by case and seed."""
     splits = {c["id"]: c["split"] for c in load_cases()}
     order = sorted(
-        (_WRITTEN.index(splits[r["case"]]), r["case"], r["seed"], r) for r in runs if splits.get(r["case"]) in _WRITTEN
+        (
+            (_WRITTEN.index(splits[r["case"]]), r["case"], r["seed"], r)
+            for r in runs
+            if splits.get(r["case"]) in _WRITTEN
+        ),
+        key=lambda item: item[:3],
     )
     first: dict[tuple[Any, ...], str] = {}
     out = {}
     for _, case, seed, run in order:
-        name = f"{case}__s{seed}"
-        twin = first.setdefault(trajectory(run), name)
+        name, seen = f"{case}__s{seed}", trajectory(run)
+        twin = name if seen is None else first.setdefault(seen, name)
         if twin != name:
             out[name] = twin
     return out
