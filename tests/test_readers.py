@@ -411,6 +411,8 @@ def test_zoo_hyperparameter_file_entry_and_plain_mappings(tmp_path: Path) -> Non
     sgd = context_from_hyperparams({"optimizer": "sgd", "policy_kwargs": {"optimizer_kwargs": {"momentum": 0.9}}})
     assert (sgd["optimizer"], sgd["momentum"]) == ("sgd", 0.9)
     assert "momentum" not in context_from_hyperparams({"optimizer": "sgd"})
+    # rlsweep's log_std_bounds knob: a Gaussian clamped inside them, which the advice must not propose again
+    assert context_from_hyperparams({"log_std_bounds": [-5, 2]})["log_std_bounds"] == [-5.0, 2.0]
 
 
 def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) -> None:
@@ -450,6 +452,8 @@ def test_sb3_model_file_gives_its_own_values_and_action_space(tmp_path: Path) ->
         ("algo: reinforce\ngamma: 0.99\n", "unknown algorithm 'reinforce'"),
         ("n_steps: 8\nreward_scale: big\n", "reward_scale is 'big'; it must be a finite number"),
         ("n_steps: 8\nreward_scale: 0\n", "reward_scale is 0.0; it must be a positive number"),
+        ("n_steps: 8\nlog_std_bounds: [2, -5]\n", "log_std_bounds is [2, -5]; it must be [low, high]"),
+        ("n_steps: 8\nlog_std_bounds: wide\n", "log_std_bounds is 'wide'; it must be [low, high]"),
     ],
 )
 def test_bad_configs_are_refused_naming_file_and_key(tmp_path: Path, text: str, where: str) -> None:

@@ -151,12 +151,27 @@ def context_from_hyperparams(config: Mapping[str, Any], algo: str | None = None,
     momentum = options.get("momentum") if isinstance(options, Mapping) else None
     if is_real(momentum):
         ctx["momentum"] = float(momentum)  # SGD's (and RMSprop's) momentum, as torch takes it
+    if config.get("log_std_bounds") is not None:  # rlsweep's knob: the Gaussian's log std clamped inside
+        ctx["log_std_bounds"] = _bounds(config["log_std_bounds"], where)
     if config.get("reward_scale") is not None:  # rlsweep's knob: every reward x this before the algorithm
         scale = _typed(config["reward_scale"], "reward_scale", where)
         if not scale > 0:
             raise LogReadError(f"{where}: reward_scale is {scale!r}; it must be a positive number", source=where)
         ctx["reward_scale"] = scale
     return ctx
+
+
+def _bounds(value: Any, where: str) -> list[float]:
+    """``log_std_bounds`` as the sweeps' knob takes it: ``[low, high]``, two numbers, low under high."""
+    pair = list(value) if isinstance(value, (list, tuple)) else []
+    numbers = [float(v) for v in pair if is_real(v) and math.isfinite(v)]
+    if len(pair) != 2 or len(numbers) != 2 or not numbers[0] < numbers[1]:
+        raise LogReadError(
+            f"{where}: log_std_bounds is {value!r}; it must be [low, high], two numbers with low under high "
+            "(the Gaussian's log std is clamped inside them)",
+            source=where,
+        )
+    return numbers
 
 
 # --- CleanRL's own record -------------------------------------------------------------------
