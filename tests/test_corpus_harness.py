@@ -103,7 +103,8 @@ def test_a_run_that_repeats_an_earlier_split_s_training_is_named_and_left_out_of
         run(earlier, 5, [0.0, 0.0, float("inf")]),
         run(later, 5, [0.0, 0.0, float("inf")]),
     ]
-    assert score.repeats(runs) == {f"{later}__s1": f"{earlier}__s1"}
+    cases = {c["id"]: c for c in score.load_cases()}
+    assert score.repeats(runs, cases) == {f"{later}__s1": f"{earlier}__s1"}
 
 
 def test_a_dict_observation_episode_cut_by_its_time_limit_is_measured():

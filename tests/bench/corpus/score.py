@@ -180,10 +180,11 @@ def trajectory(run: dict[str, Any]) -> tuple[Any, ...] | None:
     return (run["algo"], run["seed"], digits(m["kl_from_start"]), digits(m["param_norm"]))
 
 
-def repeats(runs: list[dict[str, Any]]) -> dict[str, str]:
+def repeats(runs: list[dict[str, Any]], cases: dict[str, dict[str, Any]]) -> dict[str, str]:
     """``CASE__sN`` of each run whose :func:`trajectory` an earlier run already had -> that run's
-    name; earlier is an earlier split in the order they were written, then by case and seed."""
-    splits = {c["id"]: c["split"] for c in load_cases()}
+    name; earlier is an earlier split in the order they were written, then by case and seed
+    (``cases``: the corpus's cases by id)."""
+    splits = {case: c["split"] for case, c in cases.items()}
     order = sorted(
         (
             (_WRITTEN.index(splits[r["case"]]), r["case"], r["seed"], r)
@@ -323,7 +324,7 @@ def score(
 ) -> dict[str, Any]:
     cases = {c["id"]: c for c in load_cases()}
     refs = references(runs)
-    twins = repeats(runs)
+    twins = repeats(runs, cases)
     rows = []
     for run in runs:
         case = cases.get(run["case"])
