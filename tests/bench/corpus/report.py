@@ -166,7 +166,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
         "",
         f"{d['runs']} runs of {d['cases']} cases (3 seeds each; `conf/corpus/`). Labels come from privileged "
         "measurements (policy snapshots on probe states, critic fit on fresh rollouts, returns, crashes). "
-        "Seventy-five splits written, each fixed by case before its "
+        f"{len(score.SPLITS['all'])} splits written, each fixed by case before its "
         "runs existed (conf/corpus/README.md): thresholds were set "
         "on the calibration half and the held-out half scored; detector changes were then made with both in "
         "view and tested on the fresh split; further changes with the fresh split in view were tested on "
